@@ -1,0 +1,3 @@
+module ratchet/control
+
+go 1.19
