@@ -1,0 +1,482 @@
+//! `harness.toml`: the referee's and the loop's settings. Every section and
+//! field has a documented default, unknown fields are refused (a typo must not
+//! silently fall back to a default), and every value is range-checked with a
+//! message naming the file, the field and the expected form.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+use crate::contract::Contract;
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub contract: ContractConfig,
+    pub machine: MachineConfig,
+    pub load: LoadConfig,
+    pub trial: TrialConfig,
+    pub gate: GateConfig,
+    pub meter: MeterConfig,
+    pub compare: CompareConfig,
+    pub build: BuildConfig,
+    pub paths: PathsConfig,
+    pub run: RunConfig,
+    pub agents: AgentsConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsConfig {
+    pub openai: ApiAgentConfig,
+    pub anthropic: ApiAgentConfig,
+    pub command: CommandAgentConfig,
+}
+
+/// An API agent. Unset fields take the protocol's defaults (see
+/// [`crate::agent::llm::Protocol`]). The key is read from the environment
+/// variable named by `api_key_env` at call time, never stored.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiAgentConfig {
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub timeout_s: u64,
+    pub max_retries: u32,
+    pub backoff_ms: u64,
+    pub repair_rounds: u32,
+    pub max_tokens: u32,
+    /// US dollars per million input and output tokens, for the cost limit.
+    pub price_input_per_mtok: Option<f64>,
+    pub price_output_per_mtok: Option<f64>,
+}
+
+impl Default for ApiAgentConfig {
+    fn default() -> Self {
+        Self {
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            timeout_s: 180,
+            max_retries: 3,
+            backoff_ms: 1000,
+            repair_rounds: 2,
+            max_tokens: 8192,
+            price_input_per_mtok: None,
+            price_output_per_mtok: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CommandAgentConfig {
+    /// argv template; `{prompt_file}` and `{prompt}` are substituted.
+    pub argv: Vec<String>,
+    pub timeout_s: u64,
+    /// Extra environment variables the CLI may see (for example its own key).
+    pub pass_env: Vec<String>,
+}
+
+impl Default for CommandAgentConfig {
+    fn default() -> Self {
+        Self {
+            argv: vec!["claude".into(), "-p".into(), "{prompt}".into()],
+            timeout_s: 900,
+            pass_env: vec![],
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContractConfig {
+    pub request: String,
+    pub response: String,
+}
+
+impl Default for ContractConfig {
+    fn default() -> Self {
+        Self {
+            request: "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".into(),
+            response: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".into(),
+        }
+    }
+}
+
+/// Which core the server under test is pinned to: `"last"` or an index.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum CoreChoice {
+    Named(String),
+    Index(usize),
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MachineConfig {
+    pub sut_core: CoreChoice,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        Self {
+            sut_core: CoreChoice::Named("last".into()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoadConfig {
+    pub connections: usize,
+    pub timeout_ms: u64,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        Self {
+            connections: 512,
+            timeout_ms: 2000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrialConfig {
+    pub warmup_ms: u64,
+    pub window_ms: u64,
+    pub ready_timeout_ms: u64,
+    pub stop_grace_ms: u64,
+}
+
+impl Default for TrialConfig {
+    fn default() -> Self {
+        Self {
+            warmup_ms: 1000,
+            window_ms: 3000,
+            ready_timeout_ms: 5000,
+            stop_grace_ms: 1000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GateConfig {
+    pub max_failure_rate: f64,
+    pub min_completed: u64,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        Self {
+            max_failure_rate: 0.0001,
+            min_completed: 1000,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum MeterChoice {
+    Auto,
+    Instructions,
+    TaskClock,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeterConfig {
+    pub event: MeterChoice,
+}
+
+impl Default for MeterConfig {
+    fn default() -> Self {
+        Self {
+            event: MeterChoice::Auto,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompareConfig {
+    pub blocks: usize,
+    pub threshold: f64,
+}
+
+impl Default for CompareConfig {
+    fn default() -> Self {
+        Self {
+            blocks: 5,
+            threshold: 0.03,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuildConfig {
+    pub timeout_s: u64,
+}
+
+impl Default for BuildConfig {
+    fn default() -> Self {
+        Self { timeout_s: 120 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PathsConfig {
+    pub treatment: PathBuf,
+    pub control: PathBuf,
+    pub results: PathBuf,
+    pub knowledge_base: PathBuf,
+    pub lessons: PathBuf,
+}
+
+impl Default for PathsConfig {
+    fn default() -> Self {
+        Self {
+            treatment: "treatment".into(),
+            control: "control".into(),
+            results: "results".into(),
+            knowledge_base: "knowledge-base".into(),
+            lessons: "lessons.md".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    pub agent: String,
+    pub allowed_paths: Vec<String>,
+    pub max_iterations: usize,
+    pub max_wall_minutes: u64,
+    pub max_consecutive_failures: usize,
+    pub max_cost_usd: f64,
+    pub smoke_window_ms: u64,
+    pub max_blocks: usize,
+    pub drift_warning: f64,
+    pub suspicious_gain: f64,
+    pub profile: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            agent: "playbook".into(),
+            allowed_paths: vec!["treatment/*.c".into(), "treatment/*.h".into()],
+            max_iterations: 30,
+            max_wall_minutes: 120,
+            max_consecutive_failures: 12,
+            max_cost_usd: 5.0,
+            smoke_window_ms: 500,
+            max_blocks: 30,
+            drift_warning: 0.05,
+            suspicious_gain: 2.0,
+            profile: true,
+        }
+    }
+}
+
+impl Config {
+    /// Loads and validates `path`. A missing file is an error: the harness
+    /// never guesses where the user meant its configuration to be.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read configuration {}", path.display()))?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let config: Config = toml::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let c = &self.contract;
+        if c.request.is_empty() {
+            bail!("contract.request must not be empty");
+        }
+        if c.response.is_empty() {
+            bail!("contract.response must not be empty");
+        }
+        if let CoreChoice::Named(name) = &self.machine.sut_core {
+            if name != "last" {
+                bail!("machine.sut_core must be \"last\" or a core index, got {name:?}");
+            }
+        }
+        range(
+            "load.connections",
+            self.load.connections as f64,
+            1.0,
+            65536.0,
+        )?;
+        range(
+            "load.timeout_ms",
+            self.load.timeout_ms as f64,
+            1.0,
+            600_000.0,
+        )?;
+        range(
+            "trial.window_ms",
+            self.trial.window_ms as f64,
+            50.0,
+            600_000.0,
+        )?;
+        range(
+            "trial.warmup_ms",
+            self.trial.warmup_ms as f64,
+            0.0,
+            600_000.0,
+        )?;
+        range(
+            "trial.ready_timeout_ms",
+            self.trial.ready_timeout_ms as f64,
+            10.0,
+            600_000.0,
+        )?;
+        range(
+            "gate.max_failure_rate",
+            self.gate.max_failure_rate,
+            0.0,
+            1.0,
+        )?;
+        range("compare.blocks", self.compare.blocks as f64, 1.0, 1000.0)?;
+        range("compare.threshold", self.compare.threshold, 0.0, 0.99)?;
+        range(
+            "build.timeout_s",
+            self.build.timeout_s as f64,
+            1.0,
+            86_400.0,
+        )?;
+        range("run.max_blocks", self.run.max_blocks as f64, 1.0, 1000.0)?;
+        range("run.suspicious_gain", self.run.suspicious_gain, 1.0, 1e6)?;
+        range(
+            "run.smoke_window_ms",
+            self.run.smoke_window_ms as f64,
+            50.0,
+            600_000.0,
+        )?;
+        if self.run.allowed_paths.is_empty() {
+            bail!(
+                "run.allowed_paths must name at least one pattern, for example \"treatment/*.c\""
+            );
+        }
+        Ok(())
+    }
+
+    pub fn contract(&self) -> Contract {
+        Contract {
+            request: self.contract.request.as_bytes().to_vec(),
+            response: self.contract.response.as_bytes().to_vec(),
+        }
+    }
+
+    /// Resolves `machine.sut_core` against the cores this machine has.
+    pub fn sut_core(&self, cores: usize) -> Result<usize> {
+        match &self.machine.sut_core {
+            CoreChoice::Index(i) if *i < cores => Ok(*i),
+            CoreChoice::Index(i) => bail!(
+                "machine.sut_core = {i}, but this machine has cores 0..{} only",
+                cores - 1
+            ),
+            CoreChoice::Named(_) => Ok(cores - 1),
+        }
+    }
+}
+
+fn range(field: &str, value: f64, lo: f64, hi: f64) -> Result<()> {
+    if !(lo..=hi).contains(&value) || value.is_nan() {
+        bail!("{field} must be between {lo} and {hi}, got {value}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config> {
+        Config::parse(text, Path::new("harness.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_documented_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.load.connections, 512);
+        assert_eq!(c.compare.threshold, 0.03);
+        assert_eq!(c.gate.max_failure_rate, 0.0001);
+        assert_eq!(c.trial.warmup_ms, 1000);
+        assert_eq!(c.trial.window_ms, 3000);
+        assert_eq!(c.compare.blocks, 5);
+        assert!(c.contract.response.ends_with("\r\n\r\nok"));
+    }
+
+    #[test]
+    fn shipped_harness_toml_parses_to_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../harness.toml");
+        let c = Config::load(&path).unwrap();
+        let d = Config::default();
+        assert_eq!(c.contract.request, d.contract.request);
+        assert_eq!(c.contract.response, d.contract.response);
+        assert_eq!(c.load.connections, d.load.connections);
+        assert_eq!(c.compare.threshold, d.compare.threshold);
+        assert_eq!(c.run.allowed_paths, d.run.allowed_paths);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let err = parse("[load]\nconections = 5\n").unwrap_err().to_string();
+        assert!(
+            err.contains("harness.toml") && err.contains("conections"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let err = parse("[compare]\nblocks = \"five\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("blocks"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_value_names_field_and_range() {
+        let err = parse("[gate]\nmax_failure_rate = 2.0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gate.max_failure_rate") && err.contains("2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn sut_core_choices() {
+        assert_eq!(parse("").unwrap().sut_core(2).unwrap(), 1);
+        assert_eq!(
+            parse("[machine]\nsut_core = 0\n")
+                .unwrap()
+                .sut_core(2)
+                .unwrap(),
+            0
+        );
+        assert!(parse("[machine]\nsut_core = 7\n")
+            .unwrap()
+            .sut_core(2)
+            .is_err());
+        assert!(parse("[machine]\nsut_core = \"first\"\n").is_err());
+    }
+}

@@ -1,0 +1,196 @@
+//! The gate: whether one trial's measurement may be scored at all. A trial
+//! that fails it scores zero and makes its arm `invalid`; it is never silently
+//! dropped from the samples.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::config::GateConfig;
+use crate::contract::Failure;
+
+/// Everything the gate looks at, gathered by one trial.
+#[derive(Clone, Debug, Default)]
+pub struct GateEvidence {
+    /// Connections attempted and completed over the whole trial: warm-up,
+    /// measured window and drain. Every connection is judged, so a server
+    /// that misbehaves only while it is being measured is caught.
+    pub attempts: u64,
+    pub completed: u64,
+    pub failures: [u64; 6],
+    pub window_completed: u64,
+    pub alive: bool,
+    pub off_core_ns: u64,
+    pub start_error: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GateResult {
+    pub passed: bool,
+    pub attempts: u64,
+    pub completed: u64,
+    pub failures: u64,
+    pub failure_rate: f64,
+    /// Failure classes and gate violations with their counts (off_core in ns).
+    pub reasons: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub detail: Vec<String>,
+}
+
+pub fn judge(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
+    let failures: u64 = e.failures.iter().sum();
+    let failure_rate = if e.attempts == 0 {
+        0.0
+    } else {
+        failures as f64 / e.attempts as f64
+    };
+    let mut reasons = BTreeMap::new();
+    for f in Failure::ALL {
+        if e.failures[f.index()] > 0 {
+            reasons.insert(f.name().to_string(), e.failures[f.index()]);
+        }
+    }
+    let mut detail = Vec::new();
+    let mut violated = false;
+    if let Some(err) = &e.start_error {
+        reasons.insert("no_listen".into(), 1);
+        detail.push(err.clone());
+        violated = true;
+    } else {
+        if failures > 0 && failure_rate >= cfg.max_failure_rate {
+            detail.push(format!(
+                "failure rate {failure_rate:.6} is not below gate.max_failure_rate {}",
+                cfg.max_failure_rate
+            ));
+            violated = true;
+        }
+        if e.window_completed < cfg.min_completed {
+            reasons.insert("too_few_completed".into(), e.window_completed);
+            detail.push(format!(
+                "{} connections completed in the window, gate.min_completed is {}",
+                e.window_completed, cfg.min_completed
+            ));
+            violated = true;
+        }
+        if !e.alive {
+            reasons.insert("server_exited".into(), 1);
+            detail.push("the server exited during the trial".into());
+            violated = true;
+        }
+        if e.off_core_ns > 0 {
+            reasons.insert("off_core".into(), e.off_core_ns);
+            detail.push(format!(
+                "the server ran {} ns on cores other than the SUT core",
+                e.off_core_ns
+            ));
+            violated = true;
+        }
+    }
+    GateResult {
+        passed: !violated,
+        attempts: e.attempts,
+        completed: e.completed,
+        failures,
+        failure_rate,
+        reasons,
+        detail,
+    }
+}
+
+/// Sums the gates of several trials of one arm: it passes only if all did.
+pub fn combine(results: &[GateResult]) -> GateResult {
+    let mut out = GateResult {
+        passed: !results.is_empty(),
+        ..Default::default()
+    };
+    for r in results {
+        out.passed &= r.passed;
+        out.attempts += r.attempts;
+        out.completed += r.completed;
+        out.failures += r.failures;
+        for (k, v) in &r.reasons {
+            *out.reasons.entry(k.clone()).or_default() += v;
+        }
+        for d in &r.detail {
+            if !out.detail.contains(d) {
+                out.detail.push(d.clone());
+            }
+        }
+    }
+    out.failure_rate = if out.attempts == 0 {
+        0.0
+    } else {
+        out.failures as f64 / out.attempts as f64
+    };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> GateEvidence {
+        GateEvidence {
+            attempts: 100_000,
+            completed: 100_000,
+            window_completed: 60_000,
+            alive: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn healthy_trial_passes() {
+        let g = judge(&healthy(), &GateConfig::default());
+        assert!(g.passed, "{g:?}");
+        assert!(g.reasons.is_empty());
+    }
+
+    #[test]
+    fn rate_at_or_above_limit_fails_and_below_passes() {
+        let mut e = healthy();
+        e.failures[Failure::Reset.index()] = 10; // exactly 1e-4
+        let g = judge(&e, &GateConfig::default());
+        assert!(!g.passed);
+        assert_eq!(g.reasons["reset"], 10);
+        e.failures[Failure::Reset.index()] = 9;
+        let g = judge(&e, &GateConfig::default());
+        assert!(g.passed, "9 in 100000 is below 1e-4: {g:?}");
+        assert_eq!(
+            g.reasons["reset"], 9,
+            "failures are reported even when tolerated"
+        );
+    }
+
+    #[test]
+    fn each_violation_is_named() {
+        let cfg = GateConfig::default();
+        let mut e = healthy();
+        e.alive = false;
+        assert!(judge(&e, &cfg).reasons.contains_key("server_exited"));
+        let mut e = healthy();
+        e.off_core_ns = 5;
+        assert_eq!(judge(&e, &cfg).reasons["off_core"], 5);
+        let mut e = healthy();
+        e.window_completed = 3;
+        assert!(!judge(&e, &cfg).passed);
+        let e = GateEvidence {
+            start_error: Some("never listened".into()),
+            ..Default::default()
+        };
+        let g = judge(&e, &cfg);
+        assert!(!g.passed && g.reasons.contains_key("no_listen"));
+    }
+
+    #[test]
+    fn combined_gate_needs_every_trial() {
+        let cfg = GateConfig::default();
+        let good = judge(&healthy(), &cfg);
+        let mut e = healthy();
+        e.alive = false;
+        let bad = judge(&e, &cfg);
+        assert!(combine(&[good.clone(), good.clone()]).passed);
+        let c = combine(&[good, bad]);
+        assert!(!c.passed);
+        assert_eq!(c.attempts, 200_000);
+    }
+}
