@@ -1,0 +1,137 @@
+//! The reply format of the API agents: a hypothesis line, an optional
+//! category line, and search/replace blocks.
+//!
+//! ```text
+//! HYPOTHESIS: one sentence
+//! CATEGORY: one word
+//! <<<<<<< SEARCH treatment/server.c
+//! exact lines from the file
+//! =======
+//! their replacement
+//! >>>>>>> REPLACE
+//! ```
+
+use anyhow::{bail, Result};
+
+use crate::edit::Edit;
+
+#[derive(Debug, PartialEq)]
+pub struct Reply {
+    pub hypothesis: String,
+    pub category: String,
+    pub edits: Vec<Edit>,
+}
+
+pub const FORMAT: &str =
+    "HYPOTHESIS: <one sentence: the single change and why it should lower cost per connection>
+CATEGORY: <one word>
+<<<<<<< SEARCH <path, e.g. treatment/server.c>
+<lines copied exactly from the current file>
+=======
+<the lines that replace them>
+>>>>>>> REPLACE
+(repeat the block for further edits)";
+
+pub fn parse(text: &str) -> Result<Reply> {
+    let mut hypothesis = None;
+    let mut category = String::from("uncategorized");
+    let mut edits = Vec::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((n, line)) = lines.next() {
+        let trimmed = line.trim();
+        if let Some(h) = trimmed.strip_prefix("HYPOTHESIS:") {
+            hypothesis = Some(h.trim().to_string());
+        } else if let Some(c) = trimmed.strip_prefix("CATEGORY:") {
+            category = c.trim().to_string();
+        } else if let Some(path) = trimmed.strip_prefix("<<<<<<< SEARCH") {
+            let path = path.trim().to_string();
+            if path.is_empty() {
+                bail!("line {}: a SEARCH marker must name the file: <<<<<<< SEARCH treatment/server.c", n + 1);
+            }
+            let mut search = String::new();
+            let mut replace = String::new();
+            let mut in_replace = false;
+            let mut closed = false;
+            for (_, l) in lines.by_ref() {
+                match l.trim_end() {
+                    "=======" if !in_replace => in_replace = true,
+                    ">>>>>>> REPLACE" if in_replace => {
+                        closed = true;
+                        break;
+                    }
+                    _ if in_replace => {
+                        replace.push_str(l);
+                        replace.push('\n');
+                    }
+                    _ => {
+                        search.push_str(l);
+                        search.push('\n');
+                    }
+                }
+            }
+            if !closed {
+                bail!(
+                    "the block for {path} opened at line {} is not closed with ======= and >>>>>>> REPLACE",
+                    n + 1
+                );
+            }
+            edits.push(Edit {
+                path,
+                search,
+                replace,
+            });
+        }
+    }
+    let Some(hypothesis) = hypothesis.filter(|h| !h.is_empty()) else {
+        bail!("the reply has no `HYPOTHESIS: ...` line");
+    };
+    if edits.is_empty() {
+        bail!("the reply has no search/replace block");
+    }
+    Ok(Reply {
+        hypothesis,
+        category,
+        edits,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hypothesis_category_and_blocks() {
+        let text = "Some thoughts first.\nHYPOTHESIS: use MSG_MORE\nCATEGORY: tcp\n\
+                    <<<<<<< SEARCH treatment/server.c\n\tsend(0);\n=======\n\tsend(MSG_MORE);\n>>>>>>> REPLACE\n";
+        let r = parse(text).unwrap();
+        assert_eq!(r.hypothesis, "use MSG_MORE");
+        assert_eq!(r.category, "tcp");
+        assert_eq!(
+            r.edits,
+            vec![Edit {
+                path: "treatment/server.c".into(),
+                search: "\tsend(0);\n".into(),
+                replace: "\tsend(MSG_MORE);\n".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn missing_parts_are_named() {
+        assert!(parse("no format at all")
+            .unwrap_err()
+            .to_string()
+            .contains("HYPOTHESIS"));
+        assert!(parse("HYPOTHESIS: x\n")
+            .unwrap_err()
+            .to_string()
+            .contains("no search/replace"));
+        let open = "HYPOTHESIS: x\n<<<<<<< SEARCH a.c\nfoo\n=======\nbar\n";
+        assert!(parse(open).unwrap_err().to_string().contains("not closed"));
+        let unnamed = "HYPOTHESIS: x\n<<<<<<< SEARCH\nfoo\n=======\nbar\n>>>>>>> REPLACE\n";
+        assert!(parse(unnamed)
+            .unwrap_err()
+            .to_string()
+            .contains("must name the file"));
+    }
+}

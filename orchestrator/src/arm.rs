@@ -1,0 +1,161 @@
+//! Arms: what `ratchet compare` can measure, and how each becomes a runnable
+//! server command.
+
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::build;
+use crate::config::Config;
+use crate::gitops;
+use crate::launch::ServerCommand;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArmSpec {
+    /// The frozen Go server in `control/`.
+    Control,
+    /// The treatment in the working tree.
+    Treatment,
+    /// `treatment/` at a git revision.
+    Rev(String),
+    /// Any prebuilt server, run through `sh -c`; ratchet appends `--port N`.
+    Cmd(String),
+}
+
+impl ArmSpec {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "control" => ArmSpec::Control,
+            "treatment" => ArmSpec::Treatment,
+            _ if s.starts_with("rev:") && s.len() > 4 => ArmSpec::Rev(s[4..].to_string()),
+            _ if s.starts_with("cmd:") && !s[4..].trim().is_empty() => ArmSpec::Cmd(s[4..].to_string()),
+            _ => bail!(
+                "unknown arm {s:?}: expected control, treatment, rev:<git-rev> or cmd:<command line>"
+            ),
+        })
+    }
+}
+
+/// A prepared arm: its label as given and the command that starts it.
+#[derive(Clone, Debug)]
+pub struct Arm {
+    pub label: String,
+    pub command: ServerCommand,
+    pub source_hash: Option<String>,
+    pub binary_hash: Option<String>,
+}
+
+/// Where a repository's servers live and how to build them.
+pub struct Workspace {
+    pub root: PathBuf,
+    pub config: Config,
+}
+
+impl Workspace {
+    pub fn new(root: PathBuf, config: Config) -> Self {
+        Self { root, config }
+    }
+
+    pub fn treatment_dir(&self) -> PathBuf {
+        self.root.join(&self.config.paths.treatment)
+    }
+
+    pub fn control_dir(&self) -> PathBuf {
+        self.root.join(&self.config.paths.control)
+    }
+
+    pub fn build_cache(&self) -> PathBuf {
+        self.root.join(".ratchet").join("builds")
+    }
+
+    fn build_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.build.timeout_s)
+    }
+
+    pub fn build_treatment_at(&self, src: &Path) -> Result<build::Built> {
+        build::build_treatment(src, &self.build_cache(), self.build_timeout())
+    }
+
+    pub fn control_command(&self) -> Result<(ServerCommand, build::Built)> {
+        let built = build::build_control(
+            &self.control_dir(),
+            &self.build_cache(),
+            self.build_timeout(),
+        )?;
+        Ok((
+            ServerCommand {
+                program: built.binary.clone(),
+                args: vec![],
+                env: vec![("GOMAXPROCS".into(), "1".into())],
+            },
+            built,
+        ))
+    }
+
+    pub fn prepare(&self, label: &str) -> Result<Arm> {
+        let built = |b: build::Built| Arm {
+            label: label.to_string(),
+            command: ServerCommand {
+                program: b.binary.clone(),
+                args: vec![],
+                env: vec![],
+            },
+            source_hash: Some(b.source_hash),
+            binary_hash: Some(b.binary_hash),
+        };
+        Ok(match ArmSpec::parse(label)? {
+            ArmSpec::Control => {
+                let (command, b) = self.control_command()?;
+                Arm {
+                    label: label.to_string(),
+                    command,
+                    source_hash: Some(b.source_hash),
+                    binary_hash: Some(b.binary_hash),
+                }
+            }
+            ArmSpec::Treatment => built(self.build_treatment_at(&self.treatment_dir())?),
+            ArmSpec::Rev(rev) => {
+                let tmp = tempfile::tempdir()?;
+                gitops::export_subtree(&self.root, &rev, &self.config.paths.treatment, tmp.path())?;
+                built(self.build_treatment_at(tmp.path())?)
+            }
+            ArmSpec::Cmd(line) => Arm {
+                label: label.to_string(),
+                command: ServerCommand {
+                    program: "/bin/sh".into(),
+                    args: vec!["-c".into(), format!("exec {line} \"$@\""), "sh".into()],
+                    env: vec![],
+                },
+                source_hash: None,
+                binary_hash: None,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_arm_kind() {
+        assert_eq!(ArmSpec::parse("control").unwrap(), ArmSpec::Control);
+        assert_eq!(ArmSpec::parse("treatment").unwrap(), ArmSpec::Treatment);
+        assert_eq!(
+            ArmSpec::parse("rev:HEAD~2").unwrap(),
+            ArmSpec::Rev("HEAD~2".into())
+        );
+        assert_eq!(
+            ArmSpec::parse("cmd:./srv --fast").unwrap(),
+            ArmSpec::Cmd("./srv --fast".into())
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_and_empty_arms() {
+        for bad in ["", "rev:", "cmd:  ", "treatmnet"] {
+            let err = ArmSpec::parse(bad).unwrap_err().to_string();
+            assert!(err.contains("expected control"), "{bad}: {err}");
+        }
+    }
+}

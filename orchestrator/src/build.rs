@@ -1,0 +1,238 @@
+//! Building the servers: the treatment with the harness's Makefile (warnings
+//! are errors), the control with `go build`. A build runs in its own process
+//! group under a timeout that kills the whole group, and its output is kept so
+//! a failure can be shown to the user or the agent. Builds are cached by the
+//! hash of their sources.
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct Built {
+    pub binary: PathBuf,
+    pub source_hash: String,
+    pub binary_hash: String,
+}
+
+/// A build that ran and failed, or ran out of time. Carries the log's tail.
+#[derive(Debug)]
+pub struct BuildFailure {
+    pub timed_out: bool,
+    pub log_tail: String,
+}
+
+impl fmt::Display for BuildFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = if self.timed_out {
+            "build timed out"
+        } else {
+            "build failed"
+        };
+        write!(f, "{what}:\n{}", self.log_tail)
+    }
+}
+
+impl std::error::Error for BuildFailure {}
+
+/// Files that make up a server's source, by name.
+fn is_source(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name == "Makefile"
+        || name == "go.mod"
+        || matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("c" | "h" | "go")
+        )
+}
+
+/// SHA-256 over the relative paths and contents of a directory's source
+/// files, in sorted order: the identity of a server's source.
+pub fn hash_sources(dir: &Path) -> Result<String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && is_source(p))
+        .collect();
+    files.sort();
+    let mut h = Sha256::new();
+    for f in files {
+        h.update(f.file_name().unwrap().as_encoded_bytes());
+        h.update([0]);
+        h.update(std::fs::read(&f)?);
+        h.update([0]);
+    }
+    Ok(hex(&h.finalize()))
+}
+
+pub fn hash_file(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(hex(&Sha256::digest(bytes)))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs `cmd` in its own process group; kills the group at `timeout`.
+/// Returns the exit status (None on timeout) and the combined output.
+pub fn run_bounded(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<(Option<std::process::ExitStatus>, String)> {
+    let mut log = tempfile::tempfile()?;
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log.try_clone()?)
+        .process_group(0);
+    let mut child = cmd.spawn().with_context(|| format!("running {cmd:?}"))?;
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Anything left in the group (a backgrounded compiler, a sleep) goes too.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let mut out = String::new();
+    log.seek(SeekFrom::Start(0))?;
+    log.read_to_string(&mut out).ok();
+    Ok((status, out))
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn require_tool(tool: &str, package: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
+        .unwrap_or(false);
+    if !found {
+        bail!("`{tool}` not found on PATH: install the Debian package {package} (apt-get install {package})");
+    }
+    Ok(())
+}
+
+/// Builds into the cache keyed by `kind` and the source hash, reusing an
+/// earlier build of the same source.
+fn cached_build(
+    kind: &str,
+    src: &Path,
+    cache: &Path,
+    binary_name: &str,
+    timeout: Duration,
+    command: impl FnOnce(&Path) -> Command,
+) -> Result<Built> {
+    let source_hash = hash_sources(src)?;
+    let dir = cache.join(format!("{kind}-{}", &source_hash[..16]));
+    let binary = dir.join(binary_name);
+    if !binary.is_file() {
+        std::fs::create_dir_all(cache)?;
+        let staging = tempfile::tempdir_in(cache)?;
+        let (status, log) = run_bounded(command(staging.path()), timeout)?;
+        let built = staging.path().join(binary_name);
+        match status {
+            Some(s) if s.success() && built.is_file() => {}
+            other => {
+                return Err(BuildFailure {
+                    timed_out: other.is_none(),
+                    log_tail: tail(&log, 40),
+                }
+                .into())
+            }
+        }
+        let staged = staging.keep();
+        if std::fs::rename(&staged, &dir).is_err() {
+            // Another build of the same source won the race; use it.
+            std::fs::remove_dir_all(&staged).ok();
+        }
+    }
+    Ok(Built {
+        binary_hash: hash_file(&binary)?,
+        binary,
+        source_hash,
+    })
+}
+
+pub fn build_treatment(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
+    require_tool("make", "make")?;
+    require_tool("cc", "gcc")?;
+    if !Path::new("/usr/include/liburing.h").exists() {
+        bail!("liburing.h not found: install the Debian package liburing-dev (apt-get install liburing-dev)");
+    }
+    let src_abs = src
+        .canonicalize()
+        .with_context(|| format!("treatment source {}", src.display()))?;
+    cached_build("treatment", &src_abs, cache, "server", timeout, |out| {
+        let mut c = Command::new("make");
+        c.arg("-s")
+            .arg("-C")
+            .arg(&src_abs)
+            .arg(format!("OUT={}", out.display()));
+        c
+    })
+}
+
+pub fn build_control(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
+    require_tool("go", "golang-go")?;
+    let src_abs = src
+        .canonicalize()
+        .with_context(|| format!("control source {}", src.display()))?;
+    cached_build("control", &src_abs, cache, "control", timeout, |out| {
+        let mut c = Command::new("go");
+        c.current_dir(&src_abs)
+            .args(["build", "-trimpath", "-o"])
+            .arg(out.join("control"))
+            .arg(".")
+            .env("GOFLAGS", "-mod=mod")
+            .env("GO111MODULE", "on");
+        if std::env::var_os("GOCACHE").is_none() && std::env::var_os("HOME").is_none() {
+            c.env("GOCACHE", std::env::temp_dir().join("ratchet-gocache"));
+        }
+        c
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_hash_follows_content_not_build_outputs() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("server.c"), "int main(){}").unwrap();
+        let h1 = hash_sources(d.path()).unwrap();
+        std::fs::write(d.path().join("server"), "binary").unwrap();
+        assert_eq!(h1, hash_sources(d.path()).unwrap());
+        std::fs::write(d.path().join("server.c"), "int main(){return 1;}").unwrap();
+        assert_ne!(h1, hash_sources(d.path()).unwrap());
+    }
+
+    #[test]
+    fn bounded_run_kills_the_whole_group_on_timeout() {
+        let d = tempfile::tempdir().unwrap();
+        let marker = d.path().join("survived");
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("(sleep 1; touch {}) & sleep 30", marker.display()));
+        let started = Instant::now();
+        let (status, _) = run_bounded(c, Duration::from_millis(200)).unwrap();
+        assert!(status.is_none());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(1300));
+        assert!(!marker.exists(), "a child of the timed-out build survived");
+    }
+}

@@ -1,0 +1,297 @@
+//! Side-by-side comparison: blocks in which every arm runs once, in a fresh
+//! random order, so slow drift of the machine lands on every arm alike; then
+//! per-block cost ratios against the first arm, their median, a 95% interval
+//! and a verdict.
+
+use anyhow::Result;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use crate::arm::Arm;
+use crate::environment::Fingerprint;
+use crate::gate::{self, GateResult};
+use crate::meter::{MeterEvent, MeterPlan};
+use crate::stats;
+use crate::trial::{run_trial, Latency, Measurement, TrialSettings};
+use crate::verdict::{self, Verdict};
+
+/// Every trial of every arm so far: `trials[arm][block]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Samples {
+    pub trials: Vec<Vec<Measurement>>,
+    /// The order the arms ran in, per block (arm indices).
+    #[serde(default)]
+    pub orders: Vec<Vec<usize>>,
+}
+
+/// Where a comparison is, for progress displays.
+pub struct Step<'a> {
+    pub block: usize,
+    pub blocks: usize,
+    pub arm: &'a str,
+    pub done: usize,
+}
+
+impl Samples {
+    pub fn new(arms: usize) -> Self {
+        Self {
+            trials: vec![Vec::new(); arms],
+            orders: Vec::new(),
+        }
+    }
+
+    pub fn blocks(&self) -> usize {
+        self.trials.first().map_or(0, Vec::len)
+    }
+
+    /// Runs `blocks` more blocks. The order inside block `b` is a shuffle
+    /// seeded by (`seed`, `b`), so a comparison's schedule is reproducible.
+    pub fn run_blocks(
+        &mut self,
+        arms: &[Arm],
+        blocks: usize,
+        seed: u64,
+        plan: &MeterPlan,
+        settings: &TrialSettings,
+        on_step: &mut dyn FnMut(Step<'_>),
+    ) -> Result<()> {
+        let first = self.blocks();
+        let total_blocks = first + blocks;
+        let mut done = 0;
+        for b in first..total_blocks {
+            let mut order: Vec<usize> = (0..arms.len()).collect();
+            order.shuffle(&mut StdRng::seed_from_u64(
+                seed ^ (b as u64).wrapping_mul(0x9e37_79b9),
+            ));
+            let mut block = vec![None; arms.len()];
+            for &i in &order {
+                on_step(Step {
+                    block: b + 1,
+                    blocks: total_blocks,
+                    arm: &arms[i].label,
+                    done,
+                });
+                block[i] = Some(run_trial(&arms[i].command, plan, settings)?);
+                done += 1;
+            }
+            self.orders.push(order);
+            for (i, m) in block.into_iter().enumerate() {
+                self.trials[i].push(m.expect("every arm ran in the block"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Block ratios cost(arm) / cost(baseline), over blocks where both passed.
+    pub fn ratios(&self, arm: usize, baseline: usize) -> Vec<f64> {
+        self.trials[arm]
+            .iter()
+            .zip(&self.trials[baseline])
+            .filter_map(|(a, b)| Some(a.cost_per_connection? / b.cost_per_connection?))
+            .collect()
+    }
+
+    pub fn gate(&self, arm: usize) -> GateResult {
+        let gates: Vec<GateResult> = self.trials[arm].iter().map(|m| m.gate.clone()).collect();
+        gate::combine(&gates)
+    }
+
+    pub fn compare(&self, arm: usize, baseline: usize, threshold: f64) -> Comparison {
+        let ratios = self.ratios(arm, baseline);
+        let valid = self.gate(arm).passed && self.gate(baseline).passed && !ratios.is_empty();
+        let (median, ci) = if ratios.is_empty() {
+            (None, None)
+        } else {
+            let ci = stats::bootstrap_median_ci(&ratios, 0.95);
+            (Some(stats::median(&ratios)), Some([ci.0, ci.1]))
+        };
+        let verdict = match (valid, median, ci) {
+            (true, Some(m), Some(ci)) => verdict::judge(m, (ci[0], ci[1]), threshold),
+            _ => Verdict::Invalid,
+        };
+        Comparison {
+            arm,
+            baseline,
+            ratio_median: median,
+            ratio_ci95: ci,
+            ratio_cv: (ratios.len() > 1).then(|| stats::coefficient_of_variation(&ratios)),
+            block_ratios: ratios,
+            verdict,
+        }
+    }
+
+    pub fn arm_summary(&self, arm: usize, label: &str) -> ArmSummary {
+        let trials = &self.trials[arm];
+        let gate = self.gate(arm);
+        let costs: Vec<f64> = trials
+            .iter()
+            .filter_map(|m| m.cost_per_connection)
+            .collect();
+        let median_of = |f: &dyn Fn(&Measurement) -> Option<f64>| {
+            let v: Vec<f64> = trials.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| stats::median(&v))
+        };
+        let cost = (!costs.is_empty()).then(|| stats::median(&costs));
+        ArmSummary {
+            arm: label.to_string(),
+            score: match (gate.passed, cost) {
+                (true, Some(c)) if c > 0.0 => 1e9 / c,
+                _ => 0.0,
+            },
+            gate,
+            cost_per_connection: CostSummary {
+                median: cost.unwrap_or(0.0),
+                samples: costs,
+            },
+            throughput_cps: median_of(&|m| Some(m.throughput_cps)).unwrap_or(0.0),
+            latency_us: Latency {
+                p50: median_of(&|m| Some(m.latency_us.p50)).unwrap_or(0.0),
+                p99: median_of(&|m| Some(m.latency_us.p99)).unwrap_or(0.0),
+                p999: median_of(&|m| Some(m.latency_us.p999)).unwrap_or(0.0),
+            },
+            syscalls_per_connection: median_of(&|m| m.syscalls_per_connection),
+            context_switches_per_connection: median_of(&|m| m.context_switches_per_connection),
+            sut_busy: median_of(&|m| Some(m.sut_busy)).unwrap_or(0.0),
+            generator_busy: median_of(&|m| Some(m.generator_busy)).unwrap_or(0.0),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CostSummary {
+    pub median: f64,
+    pub samples: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ArmSummary {
+    pub arm: String,
+    pub gate: GateResult,
+    pub cost_per_connection: CostSummary,
+    pub score: f64,
+    pub throughput_cps: f64,
+    pub latency_us: Latency,
+    pub syscalls_per_connection: Option<f64>,
+    pub context_switches_per_connection: Option<f64>,
+    pub sut_busy: f64,
+    pub generator_busy: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Comparison {
+    pub arm: usize,
+    pub baseline: usize,
+    pub ratio_median: Option<f64>,
+    pub ratio_ci95: Option<[f64; 2]>,
+    pub verdict: Verdict,
+    pub ratio_cv: Option<f64>,
+    pub block_ratios: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MeterInfo {
+    pub event: MeterEvent,
+    pub unit: String,
+}
+
+/// The document `ratchet compare --json` prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CompareReport {
+    pub meter: MeterInfo,
+    /// Run order per block, so the schedule can be audited.
+    pub orders: Vec<Vec<usize>>,
+    pub threshold: f64,
+    pub blocks: usize,
+    pub arms: Vec<ArmSummary>,
+    pub comparisons: Vec<Comparison>,
+    pub environment: Fingerprint,
+    /// Every trial's raw measurement, `trials[arm][block]`.
+    pub trials: Vec<Vec<Measurement>>,
+}
+
+pub fn report(
+    labels: &[String],
+    samples: &Samples,
+    threshold: f64,
+    plan: &MeterPlan,
+    environment: Fingerprint,
+) -> CompareReport {
+    CompareReport {
+        meter: MeterInfo {
+            event: plan.event,
+            unit: plan.event.unit().into(),
+        },
+        threshold,
+        orders: samples.orders.clone(),
+        blocks: samples.blocks(),
+        arms: labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| samples.arm_summary(i, l))
+            .collect(),
+        comparisons: (1..labels.len())
+            .map(|i| samples.compare(i, 0, threshold))
+            .collect(),
+        environment,
+        trials: samples.trials.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(cost: Option<f64>) -> Measurement {
+        Measurement {
+            gate: GateResult {
+                passed: cost.is_some(),
+                attempts: 10,
+                completed: 10,
+                ..Default::default()
+            },
+            cost_per_connection: cost,
+            ..Default::default()
+        }
+    }
+
+    fn samples(a: &[Option<f64>], b: &[Option<f64>]) -> Samples {
+        Samples {
+            trials: vec![
+                a.iter().map(|c| trial(*c)).collect(),
+                b.iter().map(|c| trial(*c)).collect(),
+            ],
+            orders: vec![],
+        }
+    }
+
+    #[test]
+    fn ratios_are_per_block() {
+        let s = samples(&[Some(100.0), Some(200.0)], &[Some(50.0), Some(100.0)]);
+        assert_eq!(s.ratios(1, 0), vec![0.5, 0.5]);
+        let c = s.compare(1, 0, 0.03);
+        assert_eq!(c.verdict, Verdict::Better);
+        assert_eq!(c.ratio_median, Some(0.5));
+    }
+
+    #[test]
+    fn one_failed_gate_makes_the_arm_invalid_and_scores_zero() {
+        let s = samples(&[Some(100.0), Some(100.0)], &[Some(50.0), None]);
+        assert_eq!(s.compare(1, 0, 0.03).verdict, Verdict::Invalid);
+        assert_eq!(s.arm_summary(1, "b").score, 0.0);
+        assert!(!s.arm_summary(1, "b").gate.passed);
+    }
+
+    #[test]
+    fn an_invalid_baseline_invalidates_the_comparison() {
+        let s = samples(&[None, Some(100.0)], &[Some(50.0), Some(50.0)]);
+        assert_eq!(s.compare(1, 0, 0.03).verdict, Verdict::Invalid);
+    }
+
+    #[test]
+    fn score_is_a_billion_over_median_cost() {
+        let s = samples(&[Some(100.0), Some(300.0), Some(200.0)], &[Some(1.0); 3]);
+        assert_eq!(s.arm_summary(0, "a").score, 1e9 / 200.0);
+    }
+}

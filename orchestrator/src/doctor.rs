@@ -1,0 +1,212 @@
+//! `ratchet doctor`: is this machine fit to referee? Each line is OK or a
+//! warning that says how to fix it. Nothing here changes the machine except
+//! mounting tracefs, which the meter needs for syscall counts.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::config::Config;
+use crate::environment;
+use crate::meter::MeterPlan;
+
+pub struct Check {
+    pub ok: bool,
+    pub name: &'static str,
+    pub detail: String,
+}
+
+fn check(ok: bool, name: &'static str, detail: impl Into<String>) -> Check {
+    Check {
+        ok,
+        name,
+        detail: detail.into(),
+    }
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+const PROBE_SOURCE: &str = include_str!("../probe/uring_probe.c");
+
+/// Compiles and runs the io_uring probe; one check per feature it reports.
+fn uring_features() -> Vec<Check> {
+    if !Path::new("/usr/include/liburing.h").exists() {
+        return vec![check(
+            false,
+            "io_uring features",
+            "liburing.h missing: apt-get install liburing-dev",
+        )];
+    }
+    let probe = (|| -> anyhow::Result<String> {
+        let dir = tempfile::tempdir()?;
+        let src = dir.path().join("probe.c");
+        let bin = dir.path().join("probe");
+        std::fs::write(&src, PROBE_SOURCE)?;
+        let cc = Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .arg("-luring")
+            .output()?;
+        anyhow::ensure!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        Ok(String::from_utf8(Command::new(&bin).output()?.stdout)?)
+    })();
+    match probe {
+        Err(e) => vec![check(
+            false,
+            "io_uring features",
+            format!("probe failed: {e}"),
+        )],
+        Ok(out) => out
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.split_once(' ')?;
+                let label: &'static str = match name {
+                    "io_uring" => "io_uring",
+                    "single_issuer_defer_taskrun" => "io_uring SINGLE_ISSUER|DEFER_TASKRUN",
+                    "sqpoll" => "io_uring SQPOLL",
+                    "direct_descriptors" => "io_uring direct descriptors",
+                    "multishot_accept" => "io_uring multishot accept",
+                    "cqe_skip_success" => "io_uring CQE_SKIP_SUCCESS",
+                    _ => return None,
+                };
+                Some(if rest == "ok" {
+                    check(true, label, "supported (probed)")
+                } else {
+                    check(
+                        false,
+                        label,
+                        format!("not available: {rest}; a newer kernel is needed"),
+                    )
+                })
+            })
+            .collect(),
+    }
+}
+
+pub fn run(config: &Config) -> Vec<Check> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut checks = vec![check(true, "kernel", environment::kernel())];
+    checks.extend(uring_features());
+    checks.push(check(
+        Path::new("/usr/include/liburing.h").exists(),
+        "liburing",
+        format!("liburing-dev {}", environment::liburing_version()),
+    ));
+    match config.sut_core(cores) {
+        Ok(sut) => {
+            checks.push(check(
+                cores >= 2,
+                "cores",
+                if cores >= 2 {
+                    format!("{cores} cores; SUT core {sut}, load generator on the others")
+                } else {
+                    "1 core: the server and the load generator share it; results are not trustworthy".into()
+                },
+            ));
+            match MeterPlan::detect(config.meter.event, sut, cores) {
+                Ok(plan) => {
+                    checks.push(check(
+                        plan.event == crate::meter::MeterEvent::Instructions,
+                        "meter",
+                        format!(
+                            "{} ({}); unit {}",
+                            plan.event.name(),
+                            plan.reason,
+                            plan.event.unit()
+                        ),
+                    ));
+                    checks.push(check(
+                        plan.syscalls_tracepoint.is_some(),
+                        "syscall counting",
+                        if plan.syscalls_tracepoint.is_some() {
+                            "raw_syscalls:sys_enter tracepoint available".to_string()
+                        } else {
+                            "tracefs unavailable: mount -t tracefs nodev /sys/kernel/tracing (as root)".into()
+                        },
+                    ));
+                }
+                Err(e) => checks.push(check(false, "meter", format!("{e:#}"))),
+            }
+            let governor = environment::governor(sut);
+            checks.push(check(
+                governor == "performance" || governor.starts_with("none"),
+                "governor",
+                if governor == "performance" || governor.starts_with("none") {
+                    governor
+                } else {
+                    format!(
+                        "{governor}: set `performance` with cpupower frequency-set -g performance"
+                    )
+                },
+            ));
+            let cmdline = read("/proc/cmdline").unwrap_or_default();
+            let isolated = cmdline.contains("isolcpus") || cmdline.contains("nohz_full");
+            checks.push(check(
+                isolated,
+                "core isolation",
+                if isolated {
+                    "isolcpus/nohz_full set".to_string()
+                } else {
+                    format!("SUT core {sut} is not isolated: add isolcpus={sut} nohz_full={sut} to the kernel command line for less noise")
+                },
+            ));
+        }
+        Err(e) => checks.push(check(false, "cores", format!("{e:#}"))),
+    }
+    let paranoid = read("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    let root = unsafe { libc::geteuid() } == 0;
+    checks.push(check(
+        root || paranoid.parse::<i32>().is_ok_and(|p| p <= 1),
+        "perf_event_paranoid",
+        if root {
+            format!("{paranoid} (running as root)")
+        } else {
+            format!("{paranoid}: run as root or sysctl kernel.perf_event_paranoid=1")
+        },
+    ));
+    let irqbalance = Command::new("pgrep").arg("-x").arg("irqbalance").output();
+    let irq_running = irqbalance.is_ok_and(|o| o.status.success());
+    checks.push(check(
+        !irq_running,
+        "irqbalance",
+        if irq_running {
+            "running: it may move interrupts onto the SUT core; systemctl stop irqbalance"
+        } else {
+            "not running"
+        },
+    ));
+    let tw = read("/proc/sys/net/ipv4/tcp_max_tw_buckets").unwrap_or_default();
+    checks.push(check(
+        tw.parse::<u64>().is_ok_and(|t| t >= 131_072),
+        "tcp_max_tw_buckets",
+        format!("{tw} (the server closes first, so TIME_WAIT lands on it; ratchet rotates client addresses over 127.1.0.0/16)"),
+    ));
+    for (tool, package) in [
+        ("go", "golang-go"),
+        ("perf", "linux-perf"),
+        ("make", "make"),
+    ] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        checks.push(check(
+            found,
+            "tool",
+            if found {
+                format!("{tool} found")
+            } else {
+                format!("{tool} missing: apt-get install {package}")
+            },
+        ));
+    }
+    checks
+}

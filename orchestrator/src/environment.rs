@@ -1,0 +1,87 @@
+//! The environment fingerprint recorded with every result: raw costs from
+//! two different fingerprints are never compared, only ratios.
+
+use serde::{Deserialize, Serialize};
+use std::process::Command;
+
+use crate::meter::MeterPlan;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Fingerprint {
+    pub ratchet_version: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cores: usize,
+    pub sut_core: usize,
+    pub meter_event: String,
+    pub meter_reason: String,
+    pub liburing: String,
+    pub gcc: String,
+    pub go: String,
+    pub governor: String,
+    pub control_source_sha256: Option<String>,
+    pub treatment_source_sha256: Option<String>,
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn liburing_version() -> String {
+    first_line("dpkg-query", &["-W", "-f=${Version}", "liburing-dev"])
+}
+
+pub fn governor(core: usize) -> String {
+    std::fs::read_to_string(format!(
+        "/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_governor"
+    ))
+    .map(|s| s.trim().to_string())
+    .unwrap_or_else(|_| "none (no cpufreq)".into())
+}
+
+pub fn fingerprint(
+    plan: &MeterPlan,
+    control_source: Option<String>,
+    treatment_source: Option<String>,
+) -> Fingerprint {
+    Fingerprint {
+        ratchet_version: env!("CARGO_PKG_VERSION").into(),
+        kernel: kernel(),
+        cpu_model: cpu_model(),
+        cores: plan.cores,
+        sut_core: plan.sut_core,
+        meter_event: plan.event.name().into(),
+        meter_reason: plan.reason.clone(),
+        liburing: liburing_version(),
+        gcc: first_line("gcc", &["--version"]),
+        go: first_line("go", &["version"]),
+        governor: governor(plan.sut_core),
+        control_source_sha256: control_source,
+        treatment_source_sha256: treatment_source,
+    }
+}

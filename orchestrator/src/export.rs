@@ -1,0 +1,103 @@
+//! Human-readable rendering of comparison results. JSON output is the
+//! serialized [`crate::compare::CompareReport`] itself.
+
+use crate::compare::CompareReport;
+use crate::verdict::Verdict;
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+pub fn compare_table(r: &CompareReport) -> String {
+    let unit = &r.meter.unit;
+    let mut out = format!(
+        "meter: {} (cost per connection in {unit}); {} blocks; threshold {:.1}%\n\n",
+        r.environment.meter_reason,
+        r.blocks,
+        r.threshold * 100.0
+    );
+    out += &format!(
+        "{:<28} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8}\n",
+        "arm",
+        "gate",
+        format!("{unit}/conn"),
+        "score",
+        "conn/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "sysc/conn",
+        "sut busy",
+        "gen busy"
+    );
+    for a in &r.arms {
+        out += &format!(
+            "{:<28} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7.0}% {:>7.0}%\n",
+            a.arm,
+            if a.gate.passed { "pass" } else { "FAIL" },
+            a.cost_per_connection.median,
+            a.score,
+            a.throughput_cps,
+            a.latency_us.p50,
+            a.latency_us.p99,
+            a.latency_us.p999,
+            opt(a.syscalls_per_connection, 2),
+            a.sut_busy * 100.0,
+            a.generator_busy * 100.0,
+        );
+        if !a.gate.passed || !a.gate.reasons.is_empty() {
+            out += &format!(
+                "{:<28} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
+                "",
+                a.gate.attempts,
+                a.gate.completed,
+                a.gate.failures,
+                a.gate.failure_rate,
+                a.gate.reasons
+            );
+            for d in a.gate.detail.iter().take(3) {
+                out += &format!("{:<28} {}\n", "", d.lines().next().unwrap_or(""));
+            }
+        }
+    }
+    if let Some(base) = r.arms.first() {
+        out += &format!(
+            "\nagainst {} (ratio = cost / baseline cost; < 1 is cheaper):\n",
+            base.arm
+        );
+    }
+    for c in &r.comparisons {
+        let arm = &r.arms[c.arm].arm;
+        let ci = c
+            .ratio_ci95
+            .map_or("-".into(), |[lo, hi]| format!("[{lo:.3}, {hi:.3}]"));
+        let change = match (c.verdict, c.ratio_median) {
+            (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) if m < 1.0 => {
+                format!("{:.1}% cheaper", (1.0 - m) * 100.0)
+            }
+            (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) => {
+                format!("{:.1}% costlier", (m - 1.0) * 100.0)
+            }
+            _ => "gate failed".into(),
+        };
+        out += &format!(
+            "  {:<26} ratio {} CI95 {}  cv {}  => {} ({change})\n",
+            arm,
+            opt(c.ratio_median, 3),
+            ci,
+            opt(c.ratio_cv, 3),
+            c.verdict.name()
+        );
+    }
+    let busy = r.arms.iter().map(|a| a.generator_busy).fold(0.0, f64::max);
+    let sut = r.arms.iter().map(|a| a.sut_busy).fold(0.0, f64::max);
+    if busy > 0.9 && sut < 0.9 {
+        out += &format!(
+            "\nnote: the load generator used {:.0}% of its cores while the SUT core was at most {:.0}% busy: \
+             the generator, not the server, is the limit; costs per connection remain comparable, throughput does not.\n",
+            busy * 100.0,
+            sut * 100.0
+        );
+    }
+    out
+}

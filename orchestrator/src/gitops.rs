@@ -1,0 +1,199 @@
+//! Git operations the referee needs: reading a server's source at a revision
+//! without touching any working tree.
+
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// Writes the files of `subdir` at `rev` into `dest`.
+pub fn export_subtree(repo_root: &Path, rev: &str, subdir: &Path, dest: &Path) -> Result<()> {
+    let repo = git2::Repository::discover(repo_root)
+        .with_context(|| format!("{} is not inside a git repository", repo_root.display()))?;
+    let object = repo
+        .revparse_single(rev)
+        .with_context(|| format!("unknown git revision {rev:?}"))?;
+    let tree = object
+        .peel_to_tree()
+        .with_context(|| format!("revision {rev:?} has no tree"))?;
+    let entry = tree
+        .get_path(subdir)
+        .with_context(|| format!("revision {rev:?} has no {}", subdir.display()))?;
+    let sub = repo
+        .find_tree(entry.id())
+        .with_context(|| format!("{} is not a directory", subdir.display()))?;
+    write_tree(&repo, &sub, dest)
+}
+
+fn write_tree(repo: &git2::Repository, tree: &git2::Tree, dest: &Path) -> Result<()> {
+    std::fs::create_dir_all(dest)?;
+    for entry in tree.iter() {
+        let name = entry.name().context("non-UTF-8 file name in git tree")?;
+        if name.contains('/') || name == ".." {
+            bail!("refusing git tree entry {name:?}");
+        }
+        let path = dest.join(name);
+        match entry.kind() {
+            Some(git2::ObjectType::Blob) => {
+                let blob = repo.find_blob(entry.id())?;
+                std::fs::write(&path, blob.content())?;
+            }
+            Some(git2::ObjectType::Tree) => write_tree(repo, &repo.find_tree(entry.id())?, &path)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A run's git state: its branch `ratchet/<run-id>` checked out in its own
+/// worktree, so the user's working tree is never touched.
+pub struct RunRepo {
+    pub repo: git2::Repository,
+    pub path: std::path::PathBuf,
+    pub branch: String,
+}
+
+fn signature(repo: &git2::Repository) -> Result<git2::Signature<'static>> {
+    Ok(match repo.signature() {
+        Ok(s) => s.to_owned(),
+        Err(_) => git2::Signature::now("ratchet", "ratchet@localhost")?,
+    })
+}
+
+impl RunRepo {
+    /// Creates the branch at the main repository's HEAD and its worktree.
+    pub fn create(root: &Path, run_id: &str, path: &Path) -> Result<Self> {
+        let main = git2::Repository::open(root)
+            .with_context(|| format!("{} is not a git repository", root.display()))?;
+        let head = main
+            .head()
+            .and_then(|h| h.peel_to_commit())
+            .context("the repository has no commit to start a run from")?;
+        let branch_name = format!("ratchet/{run_id}");
+        let branch = main
+            .branch(&branch_name, &head, false)
+            .with_context(|| format!("creating branch {branch_name}"))?;
+        let reference = branch.into_reference();
+        let mut opts = git2::WorktreeAddOptions::new();
+        opts.reference(Some(&reference));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        main.worktree(&format!("ratchet-{run_id}"), path, Some(&opts))
+            .with_context(|| format!("creating worktree {}", path.display()))?;
+        Self::open(root, run_id, path)
+    }
+
+    /// Opens an existing run's worktree, re-creating it from the branch if
+    /// it was deleted.
+    pub fn open(root: &Path, run_id: &str, path: &Path) -> Result<Self> {
+        let branch = format!("ratchet/{run_id}");
+        if !path.join(".git").exists() {
+            let main = git2::Repository::open(root)?;
+            if let Ok(wt) = main.find_worktree(&format!("ratchet-{run_id}")) {
+                wt.prune(Some(
+                    git2::WorktreePruneOptions::new()
+                        .valid(true)
+                        .working_tree(true),
+                ))
+                .ok();
+            }
+            let reference = main
+                .find_branch(&branch, git2::BranchType::Local)
+                .with_context(|| format!("branch {branch} is missing"))?
+                .into_reference();
+            let mut opts = git2::WorktreeAddOptions::new();
+            opts.reference(Some(&reference));
+            main.worktree(&format!("ratchet-{run_id}"), path, Some(&opts))?;
+        }
+        let repo = git2::Repository::open(path)?;
+        Ok(Self {
+            repo,
+            path: path.to_path_buf(),
+            branch,
+        })
+    }
+
+    pub fn head(&self) -> Result<git2::Oid> {
+        Ok(self.repo.head()?.peel_to_commit()?.id())
+    }
+
+    /// Every path that differs from HEAD in the worktree, untracked and
+    /// ignored files included, with whether it is a symbolic link.
+    pub fn changed_paths(&self) -> Result<Vec<(String, bool)>> {
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(true)
+            .recurse_ignored_dirs(true);
+        let statuses = self.repo.statuses(Some(&mut opts))?;
+        Ok(statuses
+            .iter()
+            .filter_map(|s| {
+                let path = s.path()?.to_string();
+                let link = std::fs::symlink_metadata(self.path.join(&path))
+                    .map(|m| m.file_type().is_symlink())
+                    .unwrap_or(false);
+                Some((path, link))
+            })
+            .collect())
+    }
+
+    fn tree_of_worktree(&self) -> Result<git2::Oid> {
+        let mut index = self.repo.index()?;
+        index.add_all(["*"].iter(), git2::IndexAddOption::FORCE, None)?;
+        index.update_all(["*"].iter(), None)?;
+        let tree = index.write_tree()?;
+        index.write()?;
+        Ok(tree)
+    }
+
+    /// Commits the worktree as it is. With `advance`, the branch moves to the
+    /// commit (a kept mutation); without, the commit is only returned (a
+    /// discarded attempt, kept under a ref).
+    pub fn commit_worktree(&self, message: &str, advance: bool) -> Result<git2::Oid> {
+        let tree = self.repo.find_tree(self.tree_of_worktree()?)?;
+        let parent = self.repo.head()?.peel_to_commit()?;
+        let sig = signature(&self.repo)?;
+        let update = if advance { Some("HEAD") } else { None };
+        Ok(self
+            .repo
+            .commit(update, &sig, &sig, message, &tree, &[&parent])?)
+    }
+
+    pub fn set_ref(&self, name: &str, oid: git2::Oid, log: &str) -> Result<()> {
+        self.repo.reference(name, oid, true, log)?;
+        Ok(())
+    }
+
+    /// `git reset --hard <oid>` plus removal of untracked and ignored files:
+    /// nothing an attempt wrote survives it.
+    pub fn reset_hard(&self, oid: git2::Oid) -> Result<()> {
+        let obj = self.repo.find_object(oid, None)?;
+        self.repo.reset(&obj, git2::ResetType::Hard, None)?;
+        for (path, _) in self.changed_paths()? {
+            let p = self.path.join(&path);
+            let meta = std::fs::symlink_metadata(&p);
+            match meta {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p)?,
+                Ok(_) => std::fs::remove_file(&p)?,
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The unified diff between two commits.
+    pub fn diff(&self, from: git2::Oid, to: git2::Oid) -> Result<String> {
+        let a = self.repo.find_commit(from)?.tree()?;
+        let b = self.repo.find_commit(to)?.tree()?;
+        let diff = self.repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
+        let mut out = String::new();
+        diff.print(git2::DiffFormat::Patch, |_, _, line| {
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                out.push(line.origin());
+            }
+            out.push_str(&String::from_utf8_lossy(line.content()));
+            true
+        })?;
+        Ok(out)
+    }
+}

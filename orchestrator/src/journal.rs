@@ -1,0 +1,249 @@
+//! The run journal in `results/<run-id>/`: `run.json` (configuration,
+//! fingerprint, state), `attempts.jsonl` (append-only, one line per attempt)
+//! and `champion.json`. Whole files are replaced atomically (write, fsync,
+//! rename); attempt lines are appended with one write and an fsync. A crash
+//! at any instant leaves every file valid: at worst a torn last line, which
+//! opening the journal cuts off.
+
+use anyhow::{Context, Result};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::agent::Usage;
+use crate::compare::{Comparison, Samples};
+use crate::config::Config;
+use crate::environment::Fingerprint;
+use crate::meter::MeterEvent;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AaCheck {
+    pub block_ratios: Vec<f64>,
+    pub cv: f64,
+    pub ci95: [f64; 2],
+    pub blocks_needed: usize,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub started_at: String,
+    pub config: Config,
+    pub fingerprint: Fingerprint,
+    pub base_commit: String,
+    pub branch: String,
+    pub worktree: PathBuf,
+    pub agent: String,
+    /// running | interrupted | stopped | converged | failed
+    pub status: String,
+    pub stop_reason: Option<String>,
+    pub aa: Option<AaCheck>,
+    /// Blocks per measurement after the A/A check.
+    pub blocks: usize,
+    pub baseline_cost: Option<f64>,
+    pub control_start_cost: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Durations {
+    pub propose_s: f64,
+    pub build_s: f64,
+    pub measure_s: f64,
+    pub total_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub number: usize,
+    pub agent: String,
+    pub hypothesis: String,
+    pub category: String,
+    pub playbook_id: Option<String>,
+    /// The champion commit the attempt was made against.
+    pub champion: String,
+    /// `refs/ratchet/<run>/attempts/<n>`: the attempt's tree, whatever its verdict.
+    pub attempt_ref: Option<String>,
+    /// The commit on the run branch, for a keep.
+    pub commit: Option<String>,
+    pub diff: String,
+    pub build_ok: Option<bool>,
+    pub build_log_tail: Option<String>,
+    pub binary_sha256: Option<String>,
+    /// keep | discard | invalid | build_failed | scope | no_op | malformed | agent_error
+    pub verdict: String,
+    pub detail: Option<String>,
+    pub meter: Option<MeterEvent>,
+    /// Arms in order: champion, candidate, control.
+    pub samples: Option<Samples>,
+    pub vs_champion: Option<Comparison>,
+    pub vs_control: Option<Comparison>,
+    pub champion_vs_control: Option<Comparison>,
+    pub extended: bool,
+    pub control_drift: Option<f64>,
+    pub durations: Durations,
+    pub usage: Option<Usage>,
+    pub started_at: String,
+    pub finished_at: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ChampionRecord {
+    pub commit: String,
+    /// 0 for the run's starting point.
+    pub attempt: usize,
+    pub hypothesis: String,
+    pub cost_per_connection: Option<f64>,
+    pub unit: String,
+    /// Product of the kept ratios since the start of the run.
+    pub cumulative_ratio: f64,
+    pub vs_control: Option<f64>,
+    pub kept_ids: Vec<String>,
+}
+
+pub struct Journal {
+    pub dir: PathBuf,
+}
+
+/// Replaces `path` atomically: no reader ever sees a half-written file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    if let Some(dir) = path.parent() {
+        File::open(dir).and_then(|d| d.sync_all()).ok();
+    }
+    Ok(())
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a valid record", path.display()))
+}
+
+impl Journal {
+    pub fn create(results: &Path, run: &RunRecord) -> Result<Self> {
+        let dir = results.join(&run.run_id);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let j = Self { dir };
+        j.write_run(run)?;
+        File::create(j.dir.join("attempts.jsonl"))?;
+        Ok(j)
+    }
+
+    /// Opens an existing journal, cutting off a torn last attempt line.
+    pub fn open(results: &Path, run_id: &str) -> Result<(Self, RunRecord)> {
+        let dir = results.join(run_id);
+        if !dir.join("run.json").exists() {
+            anyhow::bail!("no run {run_id} in {}", results.display());
+        }
+        let j = Self { dir };
+        let path = j.attempts_path();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if !text.is_empty() && !text.ends_with('\n') {
+            let keep = text.rfind('\n').map_or(0, |i| i + 1);
+            tracing::warn!(
+                "{}: cutting off a torn last line ({} bytes)",
+                path.display(),
+                text.len() - keep
+            );
+            OpenOptions::new()
+                .write(true)
+                .open(&path)?
+                .set_len(keep as u64)?;
+        }
+        let run = read_json(&j.dir.join("run.json"))?;
+        Ok((j, run))
+    }
+
+    fn attempts_path(&self) -> PathBuf {
+        self.dir.join("attempts.jsonl")
+    }
+
+    pub fn write_run(&self, run: &RunRecord) -> Result<()> {
+        write_atomic(&self.dir.join("run.json"), &serde_json::to_vec_pretty(run)?)
+    }
+
+    pub fn write_champion(&self, c: &ChampionRecord) -> Result<()> {
+        write_atomic(
+            &self.dir.join("champion.json"),
+            &serde_json::to_vec_pretty(c)?,
+        )
+    }
+
+    pub fn champion(&self) -> Result<Option<ChampionRecord>> {
+        let p = self.dir.join("champion.json");
+        if p.exists() {
+            read_json(&p).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    pub fn append_attempt(&self, a: &AttemptRecord) -> Result<()> {
+        let mut line = serde_json::to_vec(a)?;
+        line.push(b'\n');
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(self.attempts_path())
+            .with_context(|| format!("opening {}", self.attempts_path().display()))?;
+        let len = f.metadata()?.len();
+        if let Err(e) = f.write_all(&line).and_then(|_| f.sync_data()) {
+            // Leave no torn line behind (a full disk, say): cut back to before it.
+            f.set_len(len).ok();
+            return Err(e)
+                .with_context(|| format!("appending to {}", self.attempts_path().display()));
+        }
+        Ok(())
+    }
+
+    pub fn attempts(&self) -> Result<Vec<AttemptRecord>> {
+        read_attempts(&self.attempts_path())
+    }
+}
+
+pub fn read_attempts(path: &Path) -> Result<Vec<AttemptRecord>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{} line {}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torn_last_line_is_cut_off_on_open() {
+        let d = tempfile::tempdir().unwrap();
+        let run_dir = d.path().join("r1");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        std::fs::write(run_dir.join("run.json"), "{}").unwrap();
+        std::fs::write(run_dir.join("attempts.jsonl"), "{\"a\":1}\n{\"trunc").unwrap();
+        let j = Journal {
+            dir: run_dir.clone(),
+        };
+        let _ = Journal::open(d.path(), "r1"); // run.json is not a RunRecord; the cut still happens first
+        let text = std::fs::read_to_string(j.attempts_path()).unwrap();
+        assert_eq!(text, "{\"a\":1}\n");
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert!(!p.with_extension("tmp").exists());
+    }
+}

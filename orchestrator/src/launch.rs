@@ -1,0 +1,234 @@
+//! Starting and stopping one server under test.
+//!
+//! The child is forked, put in its own process group, pinned to the SUT core,
+//! and then waits on a pipe until the parent has opened the meter's counters
+//! on it; only then does it exec. That way the counters (with `inherit`) cover
+//! every thread and process the server will ever have, including the threads
+//! a Go runtime starts before `main`.
+
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::meter::{MeterPlan, ServerCounters};
+use crate::procfs;
+
+/// A runnable server: ratchet appends `--port N`.
+#[derive(Clone, Debug)]
+pub struct ServerCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+pub struct RunningServer {
+    child: Child,
+    pub pid: i32,
+    pub port: u16,
+    pub counters: ServerCounters,
+    stderr: File,
+    exited: bool,
+}
+
+fn pipe() -> Result<(i32, i32)> {
+    let mut fds = [0; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe2");
+    }
+    Ok((fds[0], fds[1]))
+}
+
+fn close(fd: i32) {
+    unsafe { libc::close(fd) };
+}
+
+/// Waits up to `timeout` for `fd` to become readable.
+fn wait_readable(fd: i32, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) == 1 }
+}
+
+/// A port nobody listens on right now. Another process could still take it
+/// before the server binds; [`RunningServer::wait_listening`] then refuses to
+/// mistake that process for the server, because it checks socket ownership.
+pub fn free_port() -> Result<u16> {
+    for _ in 0..64 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a probe port")?;
+        let port = l.local_addr()?.port();
+        drop(l);
+        if procfs::listening_inodes(port).is_empty() {
+            return Ok(port);
+        }
+    }
+    bail!("no free TCP port found on 127.0.0.1")
+}
+
+impl RunningServer {
+    pub fn start(server: &ServerCommand, port: u16, plan: &MeterPlan) -> Result<Self> {
+        if !server.program.is_file() {
+            bail!("server program {} does not exist", server.program.display());
+        }
+        let stderr = tempfile::tempfile().context("creating the server's stderr file")?;
+        let (pid_r, pid_w) = pipe()?;
+        let (go_r, go_w) = pipe()?;
+        let core = plan.sut_core;
+        let mut command = Command::new(&server.program);
+        command
+            .args(&server.args)
+            .arg("--port")
+            .arg(port.to_string())
+            .envs(server.env.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr.try_clone()?);
+        // SAFETY: only async-signal-safe system calls run between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                libc::close(pid_r);
+                libc::close(go_w);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(core, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let pid = libc::getpid();
+                libc::write(pid_w, &pid as *const i32 as *const libc::c_void, 4);
+                let mut go = 0u8;
+                if libc::read(go_r, &mut go as *mut u8 as *mut libc::c_void, 1) != 1 {
+                    return Err(std::io::Error::from_raw_os_error(libc::ECANCELED));
+                }
+                Ok(())
+            });
+        }
+        // The calling thread forks (so PR_SET_PDEATHSIG ties the server's life
+        // to it); a helper thread arms the counters while the child waits.
+        let plan_for_helper = plan.clone();
+        let helper = std::thread::spawn(move || {
+            let armed = (|| -> Result<(i32, ServerCounters)> {
+                if !wait_readable(pid_r, Duration::from_secs(10)) {
+                    bail!("the server process did not report its pid");
+                }
+                let mut buf = [0u8; 4];
+                if unsafe { libc::read(pid_r, buf.as_mut_ptr() as *mut libc::c_void, 4) } != 4 {
+                    bail!("the server process exited before exec");
+                }
+                let pid = i32::from_ne_bytes(buf);
+                Ok((pid, ServerCounters::open(&plan_for_helper, pid)?))
+            })();
+            if armed.is_ok() {
+                unsafe { libc::write(go_w, b"g".as_ptr() as *const libc::c_void, 1) };
+            }
+            close(go_w);
+            armed
+        });
+        let spawned = command.spawn();
+        if spawned.is_err() {
+            // The child never ran: wake the helper up so it can give up.
+            close(pid_w);
+        }
+        let armed = helper.join().expect("counter helper thread panicked");
+        close(pid_r);
+        if spawned.is_ok() {
+            close(pid_w);
+        }
+        close(go_r);
+        match (armed, spawned) {
+            (Ok((pid, counters)), Ok(child)) => Ok(Self {
+                child,
+                pid,
+                port,
+                counters,
+                stderr,
+                exited: false,
+            }),
+            (Err(e), Ok(mut child)) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
+            }
+            (_, Err(e)) => Err(e).with_context(|| format!("starting {}", server.program.display())),
+        }
+    }
+
+    /// Waits until a process of the server's own group listens on its port.
+    /// A server that exits, or never listens, is an error carrying its stderr.
+    pub fn wait_listening(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let port = self.port;
+        loop {
+            if !self.alive() {
+                bail!(
+                    "server exited before listening on port {}; its stderr:\n{}",
+                    port,
+                    self.stderr_tail()
+                );
+            }
+            if procfs::group_listens_on(self.pid, self.port) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "server did not listen on 127.0.0.1:{} within {} ms; its stderr:\n{}",
+                    port,
+                    timeout.as_millis(),
+                    self.stderr_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// False once the server's main process has exited.
+    pub fn alive(&mut self) -> bool {
+        if !self.exited {
+            self.exited = !matches!(self.child.try_wait(), Ok(None));
+        }
+        !self.exited
+    }
+
+    /// The last 2 KiB of what the server wrote to stderr.
+    pub fn stderr_tail(&mut self) -> String {
+        let mut text = String::new();
+        let len = self.stderr.seek(SeekFrom::End(0)).unwrap_or(0);
+        let _ = self.stderr.seek(SeekFrom::Start(len.saturating_sub(2048)));
+        let _ = self.stderr.read_to_string(&mut text);
+        if text.trim().is_empty() {
+            "(empty)".into()
+        } else {
+            text
+        }
+    }
+
+    /// SIGTERM to the whole process group, SIGKILL after `grace`, and a
+    /// final SIGKILL of the group so nothing it forked outlives the trial.
+    pub fn stop(&mut self, grace: Duration) {
+        let pgid = self.pid;
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        let deadline = Instant::now() + grace;
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.child.wait();
+        self.exited = true;
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}

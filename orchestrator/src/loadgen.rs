@@ -1,0 +1,252 @@
+//! The load generator: a closed loop holding a fixed number of short-lived
+//! connections in flight, on every core but the SUT core. Every connection is
+//! judged in full against the contract; its outcome lands in counters that the
+//! trial snapshots at the same instants as the CPU counters, so cost per
+//! connection divides two numbers taken over the same window.
+
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+use crate::contract::{Contract, Failure};
+
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    pub target: SocketAddr,
+    pub connections: usize,
+    pub timeout: Duration,
+    pub cores: Vec<usize>,
+    pub contract: Arc<Contract>,
+}
+
+/// The generator's counters at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadSnapshot {
+    pub attempts: u64,
+    pub completed: u64,
+    pub failures: [u64; 6],
+}
+
+impl LoadSnapshot {
+    pub fn delta(&self, earlier: &LoadSnapshot) -> LoadSnapshot {
+        let mut failures = [0; 6];
+        for (i, f) in failures.iter_mut().enumerate() {
+            *f = self.failures[i] - earlier.failures[i];
+        }
+        LoadSnapshot {
+            attempts: self.attempts - earlier.attempts,
+            completed: self.completed - earlier.completed,
+            failures,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    attempts: AtomicU64,
+    completed: AtomicU64,
+    failures: [AtomicU64; 6],
+}
+
+struct Shared {
+    spec: LoadSpec,
+    counters: Counters,
+    stop: AtomicBool,
+    measuring: AtomicBool,
+    next_source: AtomicU32,
+}
+
+/// Client source addresses rotate over 127.1.0.1 - 127.1.255.254: with the
+/// server closing first, TIME_WAIT lands on the server, and spreading the
+/// 4-tuples keeps new connections from colliding with old ones.
+const SOURCE_ADDRESSES: u32 = 65_534;
+
+impl Shared {
+    fn source(&self) -> IpAddr {
+        let n = self.next_source.fetch_add(1, Ordering::Relaxed) % SOURCE_ADDRESSES + 1;
+        IpAddr::V4(Ipv4Addr::new(127, 1, (n >> 8) as u8, (n & 0xff) as u8))
+    }
+}
+
+pub struct LoadGen {
+    runtime: tokio::runtime::Runtime,
+    shared: Arc<Shared>,
+    clients: Vec<tokio::task::JoinHandle<Histogram<u64>>>,
+}
+
+/// The finished run of a generator.
+pub struct LoadTotals {
+    pub snapshot: LoadSnapshot,
+    /// Latency of connections that completed while measuring, in microseconds.
+    pub latency_us: Histogram<u64>,
+    /// Clients that did not finish within the drain deadline.
+    pub stuck_clients: usize,
+}
+
+impl LoadGen {
+    pub fn start(spec: LoadSpec) -> Result<Self> {
+        let cores = spec.cores.clone();
+        let next_core = Arc::new(AtomicUsize::new(0));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cores.len().max(1))
+            .enable_all()
+            .on_thread_start(move || {
+                if !cores.is_empty() {
+                    let i = next_core.fetch_add(1, Ordering::Relaxed) % cores.len();
+                    core_affinity::set_for_current(core_affinity::CoreId { id: cores[i] });
+                }
+            })
+            .build()
+            .context("starting the load generator's runtime")?;
+        let shared = Arc::new(Shared {
+            spec,
+            counters: Counters::default(),
+            stop: AtomicBool::new(false),
+            measuring: AtomicBool::new(false),
+            next_source: AtomicU32::new(0),
+        });
+        let clients = (0..shared.spec.connections)
+            .map(|_| runtime.spawn(client(shared.clone())))
+            .collect();
+        Ok(Self {
+            runtime,
+            shared,
+            clients,
+        })
+    }
+
+    pub fn snapshot(&self) -> LoadSnapshot {
+        LoadGen::snapshot_of(&self.shared)
+    }
+
+    /// Latencies are recorded only for connections completing while this is set.
+    pub fn set_measuring(&self, on: bool) {
+        self.shared.measuring.store(on, Ordering::Release);
+    }
+
+    /// Stops opening connections and waits for those in flight, so that every
+    /// connection the trial started is judged.
+    pub fn finish(self) -> LoadTotals {
+        self.shared.stop.store(true, Ordering::Release);
+        let drain = self.shared.spec.timeout + Duration::from_secs(2);
+        let shared = self.shared.clone();
+        let clients = self.clients;
+        let (latency_us, stuck_clients) = self.runtime.block_on(async move {
+            let mut merged = new_histogram();
+            let mut stuck = 0;
+            let deadline = tokio::time::Instant::now() + drain;
+            for handle in clients {
+                match tokio::time::timeout_at(deadline, handle).await {
+                    Ok(Ok(h)) => merged.add(h).expect("histograms share bounds"),
+                    _ => stuck += 1,
+                }
+            }
+            (merged, stuck)
+        });
+        self.runtime.shutdown_background();
+        let snapshot = LoadGen::snapshot_of(&shared);
+        LoadTotals {
+            snapshot,
+            latency_us,
+            stuck_clients,
+        }
+    }
+
+    fn snapshot_of(shared: &Shared) -> LoadSnapshot {
+        let c = &shared.counters;
+        let mut failures = [0; 6];
+        for (i, f) in failures.iter_mut().enumerate() {
+            *f = c.failures[i].load(Ordering::Acquire);
+        }
+        LoadSnapshot {
+            attempts: c.attempts.load(Ordering::Acquire),
+            completed: c.completed.load(Ordering::Acquire),
+            failures,
+        }
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+async fn client(shared: Arc<Shared>) -> Histogram<u64> {
+    let mut latency = new_histogram();
+    let mut head = Vec::with_capacity(shared.spec.contract.head_len());
+    while !shared.stop.load(Ordering::Acquire) {
+        let source = shared.source();
+        let started = Instant::now();
+        shared.counters.attempts.fetch_add(1, Ordering::AcqRel);
+        let outcome = tokio::time::timeout(
+            shared.spec.timeout,
+            connection(&shared.spec, source, &mut head),
+        )
+        .await
+        .unwrap_or(Err(Failure::Timeout));
+        match outcome {
+            Ok(()) => {
+                if shared.measuring.load(Ordering::Acquire) {
+                    latency.saturating_record(started.elapsed().as_micros() as u64);
+                }
+                shared.counters.completed.fetch_add(1, Ordering::AcqRel);
+            }
+            Err(f) => {
+                shared.counters.failures[f.index()].fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+    latency
+}
+
+async fn connection(spec: &LoadSpec, source: IpAddr, head: &mut Vec<u8>) -> Result<(), Failure> {
+    let socket = TcpSocket::new_v4().map_err(|_| Failure::Connect)?;
+    bind_address_no_port(&socket);
+    socket
+        .bind(SocketAddr::new(source, 0))
+        .map_err(|_| Failure::Connect)?;
+    let mut stream = socket
+        .connect(spec.target)
+        .await
+        .map_err(|_| Failure::Connect)?;
+    stream
+        .write_all(&spec.contract.request)
+        .await
+        .map_err(|_| Failure::Reset)?;
+    head.clear();
+    let keep = spec.contract.head_len();
+    let mut total = 0usize;
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => {
+                total += n;
+                let room = keep - head.len();
+                head.extend_from_slice(&buf[..n.min(room)]);
+            }
+            Err(_) => return Err(Failure::Reset),
+        }
+    }
+    spec.contract.judge(head, total)
+}
+
+/// Lets the kernel pick the source port at connect time, knowing the whole
+/// 4-tuple, instead of reserving one per source address at bind time.
+fn bind_address_no_port(socket: &TcpSocket) {
+    let one: libc::c_int = 1;
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! ratchet: an autonomous benchmark-optimization loop with an honest referee.
+
+mod agent;
+mod arm;
+mod build;
+mod compare;
+mod config;
+mod contract;
+mod doctor;
+mod edit;
+mod environment;
+mod export;
+mod gate;
+mod gitops;
+mod interrupt;
+mod journal;
+mod keep;
+mod knowledge;
+mod launch;
+mod loadgen;
+mod lock;
+mod meter;
+mod procfs;
+mod profile;
+mod run;
+mod scope;
+mod session;
+mod stats;
+mod trial;
+mod verdict;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+use crate::config::Config;
+use crate::session::Session;
+
+#[derive(Parser)]
+#[command(
+    name = "ratchet",
+    version,
+    about = "Benchmark-optimization loop with an honest referee"
+)]
+struct Cli {
+    /// The configuration file; its directory is the repository root.
+    #[arg(long, global = true, default_value = "harness.toml")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure servers side by side and judge each against the first.
+    Compare(CompareArgs),
+    /// Run the optimization loop: propose, judge, keep or discard, repeat.
+    Run(RunArgs),
+    /// Check that this machine can referee, and say how to fix what cannot.
+    Doctor,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Agent: playbook (offline default), openai, anthropic, command.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Continue a stopped or interrupted run.
+    #[arg(long, value_name = "RUN_ID")]
+    resume: Option<String>,
+    #[arg(long)]
+    max_iterations: Option<usize>,
+    #[arg(long)]
+    max_wall_minutes: Option<u64>,
+    #[command(flatten)]
+    measure: MeasureArgs,
+}
+
+/// Measurement settings that override harness.toml for one command.
+#[derive(Args)]
+struct MeasureArgs {
+    #[arg(long)]
+    blocks: Option<usize>,
+    #[arg(long)]
+    window_ms: Option<u64>,
+    #[arg(long)]
+    warmup_ms: Option<u64>,
+    #[arg(long)]
+    connections: Option<usize>,
+    #[arg(long)]
+    threshold: Option<f64>,
+}
+
+impl MeasureArgs {
+    /// Applies the overrides and re-validates, so a bad flag gets the same
+    /// clear error as a bad field.
+    fn apply(&self, mut config: Config) -> Result<Config> {
+        if let Some(b) = self.blocks {
+            config.compare.blocks = b;
+        }
+        if let Some(w) = self.window_ms {
+            config.trial.window_ms = w;
+        }
+        if let Some(w) = self.warmup_ms {
+            config.trial.warmup_ms = w;
+        }
+        if let Some(c) = self.connections {
+            config.load.connections = c;
+        }
+        if let Some(t) = self.threshold {
+            config.compare.threshold = t;
+        }
+        let text = toml::to_string(&config)?;
+        Config::parse(&text, std::path::Path::new("command-line options"))
+    }
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Arms: control, treatment, rev:<git-rev>, cmd:<command line>. The first is the baseline.
+    #[arg(required = true, num_args = 2..)]
+    arms: Vec<String>,
+    #[command(flatten)]
+    measure: MeasureArgs,
+    /// Seed for the order of arms inside blocks.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the JSON document on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn progress_bar(total: usize) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("valid progress template"),
+    );
+    bar
+}
+
+fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
+    let config = args.measure.apply(Config::load(&cli.config)?)?;
+    for a in &args.arms {
+        arm::ArmSpec::parse(a)?;
+    }
+    let session = Session::open(&cli.config, config, "compare")?;
+    let arms = args
+        .arms
+        .iter()
+        .map(|a| session.workspace.prepare(a))
+        .collect::<Result<Vec<_>>>()?;
+    let settings = session.trial_settings();
+    let blocks = session.config().compare.blocks;
+    let bar = progress_bar(blocks * arms.len());
+    let mut samples = compare::Samples::new(arms.len());
+    samples.run_blocks(
+        &arms,
+        blocks,
+        args.seed,
+        &session.plan,
+        &settings,
+        &mut |s| {
+            bar.set_position(s.done as u64);
+            bar.set_message(format!("block {}/{} {}", s.block, s.blocks, s.arm));
+        },
+    )?;
+    bar.finish_and_clear();
+    let hash_of = |label: &str| {
+        arms.iter()
+            .find(|a| a.label == label)
+            .and_then(|a| a.source_hash.clone())
+    };
+    let env = environment::fingerprint(&session.plan, hash_of("control"), hash_of("treatment"));
+    let labels: Vec<String> = arms.iter().map(|a| a.label.clone()).collect();
+    let report = compare::report(
+        &labels,
+        &samples,
+        session.config().compare.threshold,
+        &session.plan,
+        env,
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", export::compare_table(&report));
+    }
+    Ok(())
+}
+
+fn run_loop(cli: &Cli, args: &RunArgs) -> Result<()> {
+    let mut config = args.measure.apply(Config::load(&cli.config)?)?;
+    if let Some(n) = args.max_iterations {
+        config.run.max_iterations = n;
+    }
+    if let Some(m) = args.max_wall_minutes {
+        config.run.max_wall_minutes = m;
+    }
+    run::run(
+        &cli.config,
+        config,
+        run::RunOptions {
+            resume: args.resume.clone(),
+            agent: args.agent.clone(),
+        },
+    )
+}
+
+fn doctor(cli: &Cli) -> Result<()> {
+    let config = Config::load(&cli.config)?;
+    let checks = doctor::run(&config);
+    for c in &checks {
+        println!(
+            "{} {:<38} {}",
+            if c.ok { "OK  " } else { "WARN" },
+            c.name,
+            c.detail
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RATCHET_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    interrupt::install();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Compare(args) => compare(&cli, args),
+        Command::Run(args) => run_loop(&cli, args),
+        Command::Doctor => doctor(&cli),
+    };
+    if let Err(e) = result {
+        eprintln!("ratchet: error: {e:#}");
+        std::process::exit(if e.is::<interrupt::Interrupted>() {
+            130
+        } else {
+            1
+        });
+    }
+}

@@ -1,0 +1,203 @@
+//! The meter: CPU counters on the server process, user and kernel, over every
+//! thread and child it ever has. Counters are opened on the child after fork
+//! and before exec with `inherit`, so threads the Go runtime starts at once are
+//! covered too (see [`crate::launch`]).
+//!
+//! The primary event is hardware instructions where a PMU exists; elsewhere
+//! (VMs without a PMU) it is software task-clock in nanoseconds. The unit is
+//! carried with every number, so a figure is never printed in a unit it was not
+//! measured in.
+
+use anyhow::{bail, Context, Result};
+use perf_event::events::{Hardware, Software, Tracepoint};
+use perf_event::{Builder, Counter};
+use serde::{Deserialize, Serialize};
+
+use crate::config::MeterChoice;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MeterEvent {
+    Instructions,
+    TaskClock,
+}
+
+impl MeterEvent {
+    pub fn name(self) -> &'static str {
+        match self {
+            MeterEvent::Instructions => "instructions",
+            MeterEvent::TaskClock => "task-clock",
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            MeterEvent::Instructions => "instructions",
+            MeterEvent::TaskClock => "ns",
+        }
+    }
+}
+
+/// What the meter will count on this machine, decided once per command.
+#[derive(Clone, Debug)]
+pub struct MeterPlan {
+    pub event: MeterEvent,
+    /// Why the event was chosen (shown by `doctor` and recorded in results).
+    pub reason: String,
+    /// `raw_syscalls:sys_enter` tracepoint id, when tracefs is available.
+    pub syscalls_tracepoint: Option<u64>,
+    pub sut_core: usize,
+    pub cores: usize,
+}
+
+impl MeterPlan {
+    pub fn detect(choice: MeterChoice, sut_core: usize, cores: usize) -> Result<Self> {
+        let pmu = probe_instructions();
+        let (event, reason) = match (choice, pmu) {
+            (MeterChoice::TaskClock, _) => (MeterEvent::TaskClock, "forced by meter.event".into()),
+            (MeterChoice::Instructions, Ok(())) | (MeterChoice::Auto, Ok(())) => {
+                (MeterEvent::Instructions, "hardware PMU present".into())
+            }
+            (MeterChoice::Instructions, Err(e)) => bail!(
+                "meter.event = \"instructions\" but hardware instruction counters cannot be opened ({e}); \
+                 this machine has no usable PMU: use \"auto\" or \"task-clock\""
+            ),
+            (MeterChoice::Auto, Err(e)) => (
+                MeterEvent::TaskClock,
+                format!("no hardware PMU ({e}); falling back to task-clock, unit ns"),
+            ),
+        };
+        Ok(Self {
+            event,
+            reason,
+            syscalls_tracepoint: syscalls_tracepoint_id(),
+            sut_core,
+            cores,
+        })
+    }
+}
+
+fn probe_instructions() -> std::io::Result<()> {
+    Builder::new(Hardware::INSTRUCTIONS)
+        .observe_self()
+        .any_cpu()
+        .include_kernel()
+        .build()
+        .map(drop)
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Finds the `raw_syscalls:sys_enter` tracepoint id, mounting tracefs first
+/// when it is missing and we are allowed to.
+pub fn syscalls_tracepoint_id() -> Option<u64> {
+    let id_path = format!("{TRACEFS}/events/raw_syscalls/sys_enter/id");
+    if !std::path::Path::new(&id_path).exists() {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "tracefs", "nodev", TRACEFS])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    std::fs::read_to_string(id_path).ok()?.trim().parse().ok()
+}
+
+/// One reading of every counter, taken back to back.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct MeterReading {
+    pub primary: u64,
+    pub task_clock_ns: u64,
+    pub context_switches: u64,
+    pub syscalls: Option<u64>,
+    /// Task-clock the server's threads spent on any core but the SUT core.
+    pub off_core_ns: u64,
+}
+
+impl MeterReading {
+    pub fn delta(&self, earlier: &MeterReading) -> MeterReading {
+        MeterReading {
+            primary: self.primary - earlier.primary,
+            task_clock_ns: self.task_clock_ns - earlier.task_clock_ns,
+            context_switches: self.context_switches - earlier.context_switches,
+            syscalls: self.syscalls.zip(earlier.syscalls).map(|(a, b)| a - b),
+            off_core_ns: self.off_core_ns - earlier.off_core_ns,
+        }
+    }
+}
+
+/// The open counters of one server process.
+pub struct ServerCounters {
+    primary: Option<Counter>,
+    task_clock: Counter,
+    context_switches: Counter,
+    syscalls: Option<Counter>,
+    off_core: Vec<Counter>,
+}
+
+fn counting(builder: &mut Builder<'_>, pid: i32) -> std::io::Result<Counter> {
+    builder
+        .observe_pid(pid)
+        .inherit(true)
+        .include_kernel()
+        .enabled(true)
+        .build()
+}
+
+impl ServerCounters {
+    /// Opens every counter on `pid` (all threads, inherited by every thread
+    /// and process it creates from now on).
+    pub fn open(plan: &MeterPlan, pid: i32) -> Result<Self> {
+        let primary = match plan.event {
+            MeterEvent::Instructions => Some(
+                counting(Builder::new(Hardware::INSTRUCTIONS).any_cpu(), pid)
+                    .context("opening the instructions counter")?,
+            ),
+            MeterEvent::TaskClock => None,
+        };
+        let task_clock = counting(Builder::new(Software::TASK_CLOCK).any_cpu(), pid)
+            .context("opening the task-clock counter")?;
+        let context_switches = counting(Builder::new(Software::CONTEXT_SWITCHES).any_cpu(), pid)
+            .context("opening the context-switches counter")?;
+        let syscalls = plan
+            .syscalls_tracepoint
+            .and_then(|id| counting(Builder::new(Tracepoint::with_id(id)).any_cpu(), pid).ok());
+        let mut off_core = Vec::new();
+        for cpu in (0..plan.cores).filter(|&c| c != plan.sut_core) {
+            off_core.push(
+                counting(Builder::new(Software::TASK_CLOCK).one_cpu(cpu), pid).with_context(
+                    || format!("opening the off-core task-clock counter on cpu {cpu}"),
+                )?,
+            );
+        }
+        Ok(Self {
+            primary,
+            task_clock,
+            context_switches,
+            syscalls,
+            off_core,
+        })
+    }
+
+    pub fn read(&mut self) -> Result<MeterReading> {
+        let task_clock_ns = self.task_clock.read()?;
+        let primary = match &mut self.primary {
+            Some(c) => c.read()?,
+            None => task_clock_ns,
+        };
+        let context_switches = self.context_switches.read()?;
+        let syscalls = match &mut self.syscalls {
+            Some(c) => Some(c.read()?),
+            None => None,
+        };
+        let mut off_core_ns = 0;
+        for c in &mut self.off_core {
+            off_core_ns += c.read()?;
+        }
+        Ok(MeterReading {
+            primary,
+            task_clock_ns,
+            context_switches,
+            syscalls,
+            off_core_ns,
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! What /proc says about the server under test: which process owns a
+//! listening socket, and which processes belong to its process group.
+
+use std::collections::HashSet;
+use std::fs;
+
+/// Inodes of IPv4 sockets listening on 127.0.0.1:`port` (or 0.0.0.0:`port`).
+pub fn listening_inodes(port: u16) -> HashSet<u64> {
+    let Ok(table) = fs::read_to_string("/proc/net/tcp") else {
+        return HashSet::new();
+    };
+    parse_listening(&table, port)
+}
+
+fn parse_listening(table: &str, port: u16) -> HashSet<u64> {
+    let wanted = [
+        format!("0100007F:{port:04X}"),
+        format!("00000000:{port:04X}"),
+    ];
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let listening = f.get(3) == Some(&"0A");
+            let ours = f.get(1).is_some_and(|a| wanted.iter().any(|w| w == a));
+            (listening && ours)
+                .then(|| f.get(9)?.parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// Every pid whose process group is `pgid`: the server and anything it forked.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| process_group(*pid) == Some(pgid))
+        .collect()
+}
+
+fn process_group(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Socket inodes held open by `pid`.
+pub fn socket_inodes(pid: i32) -> HashSet<u64> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return HashSet::new();
+    };
+    dir.filter_map(|e| {
+        let link = fs::read_link(e.ok()?.path()).ok()?;
+        let s = link.to_str()?;
+        s.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+    })
+    .collect()
+}
+
+/// True when a process of group `pgid` holds a socket listening on `port`:
+/// the arm's own server, never a stale process that happens to hold the port.
+pub fn group_listens_on(pgid: i32, port: u16) -> bool {
+    let listening = listening_inodes(port);
+    !listening.is_empty()
+        && group_members(pgid)
+            .into_iter()
+            .any(|pid| !socket_inodes(pid).is_disjoint(&listening))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:A000 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 100 0 0 10 0
+   2: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0000000000000000 100 0 0 10 0
+";
+
+    #[test]
+    fn finds_only_the_listening_socket_on_the_port() {
+        let found = parse_listening(TABLE, 0x1F90);
+        assert_eq!(found, HashSet::from([4242]));
+    }
+
+    #[test]
+    fn own_process_group_is_found() {
+        let me = std::process::id() as i32;
+        let pgid = unsafe { libc::getpgid(0) };
+        assert!(group_members(pgid).contains(&me));
+    }
+
+    #[test]
+    fn own_listener_is_recognised() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let pgid = unsafe { libc::getpgid(0) };
+        assert!(group_listens_on(pgid, port));
+        drop(l);
+        assert!(!group_listens_on(pgid, port));
+    }
+}

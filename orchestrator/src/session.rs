@@ -1,0 +1,74 @@
+//! What every measuring command sets up first: the configuration, the SUT
+//! core and the load cores, ratchet's own pinning away from the SUT core, the
+//! core lock, and the meter plan.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+use crate::arm::Workspace;
+use crate::config::Config;
+use crate::lock::CoreLock;
+use crate::meter::MeterPlan;
+use crate::trial::TrialSettings;
+
+pub struct Session {
+    pub workspace: Workspace,
+    pub plan: MeterPlan,
+    pub load_cores: Vec<usize>,
+    _lock: CoreLock,
+}
+
+/// The repository root a configuration file belongs to: its directory.
+pub fn root_of(config_path: &Path) -> Result<PathBuf> {
+    let abs = config_path
+        .canonicalize()
+        .with_context(|| format!("cannot find configuration {}", config_path.display()))?;
+    Ok(abs.parent().map(Path::to_path_buf).unwrap_or(abs))
+}
+
+/// Pins the calling thread, and so every thread and process it starts later,
+/// to `cores`.
+fn pin_self(cores: &[usize]) {
+    if cores.is_empty() {
+        return;
+    }
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cores {
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+}
+
+impl Session {
+    pub fn open(config_path: &Path, config: Config, holder: &str) -> Result<Self> {
+        let root = root_of(config_path)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let sut = config
+            .sut_core(cores)
+            .with_context(|| format!("{}", config_path.display()))?;
+        let load_cores: Vec<usize> = (0..cores).filter(|&c| c != sut || cores == 1).collect();
+        if cores == 1 {
+            tracing::warn!("this machine has one core: server and load generator share it");
+        }
+        pin_self(&load_cores);
+        let lock = CoreLock::acquire(sut, holder)?;
+        let plan = MeterPlan::detect(config.meter.event, sut, cores)?;
+        if plan.event == crate::meter::MeterEvent::TaskClock {
+            tracing::info!("meter: {}", plan.reason);
+        }
+        Ok(Self {
+            workspace: Workspace::new(root, config),
+            plan,
+            load_cores,
+            _lock: lock,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.workspace.config
+    }
+
+    pub fn trial_settings(&self) -> TrialSettings {
+        TrialSettings::from_config(self.config(), self.load_cores.clone())
+    }
+}

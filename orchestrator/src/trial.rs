@@ -1,0 +1,211 @@
+//! One trial: a fresh server process pinned to the SUT core, a warm-up, one
+//! measured window, and a stop. CPU counters and the load generator's counters
+//! are read back to back at both ends of the window, so the cost per
+//! connection is one counter delta over the connections completed in exactly
+//! that window.
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, GateConfig};
+use crate::contract::Contract;
+use crate::gate::{self, GateEvidence, GateResult};
+use crate::interrupt;
+use crate::launch::{free_port, RunningServer, ServerCommand};
+use crate::loadgen::{LoadGen, LoadSpec};
+use crate::meter::{MeterPlan, MeterReading};
+
+#[derive(Clone, Debug)]
+pub struct TrialSettings {
+    pub warmup: Duration,
+    pub window: Duration,
+    pub ready_timeout: Duration,
+    pub stop_grace: Duration,
+    pub connections: usize,
+    pub connection_timeout: Duration,
+    pub load_cores: Vec<usize>,
+    pub gate: GateConfig,
+    pub contract: Arc<Contract>,
+}
+
+impl TrialSettings {
+    pub fn from_config(config: &Config, load_cores: Vec<usize>) -> Self {
+        Self {
+            warmup: Duration::from_millis(config.trial.warmup_ms),
+            window: Duration::from_millis(config.trial.window_ms),
+            ready_timeout: Duration::from_millis(config.trial.ready_timeout_ms),
+            stop_grace: Duration::from_millis(config.trial.stop_grace_ms),
+            connections: config.load.connections,
+            connection_timeout: Duration::from_millis(config.load.timeout_ms),
+            load_cores,
+            gate: config.gate.clone(),
+            contract: Arc::new(config.contract()),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+}
+
+/// What one trial measured. `cost_per_connection` is in the meter's unit and
+/// is `None` when the gate failed: a failed trial has no score.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Measurement {
+    pub gate: GateResult,
+    pub cost_per_connection: Option<f64>,
+    pub window_completed: u64,
+    pub window_s: f64,
+    pub throughput_cps: f64,
+    pub latency_us: Latency,
+    pub syscalls_per_connection: Option<f64>,
+    pub context_switches_per_connection: Option<f64>,
+    /// Fraction of the window the server was on the CPU (task-clock / wall).
+    pub sut_busy: f64,
+    /// Fraction of the load cores ratchet itself used during the window: near
+    /// 1.0 means the generator, not the server, was the limit.
+    pub generator_busy: f64,
+    pub meter_delta: MeterReading,
+    /// Cost per connection in consecutive slices of the window: shows whether
+    /// a trial's cost was steady or moved within the window.
+    #[serde(default)]
+    pub slice_costs: Vec<f64>,
+}
+
+/// Length of one slice of the measured window (see `slice_costs`).
+const SLICE: Duration = Duration::from_millis(250);
+
+/// CPU time this process has used, user + system.
+fn own_cpu() -> Duration {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Sleeps for `d` while watching the server; returns false if it exited.
+/// An interrupt ends the trial at once (the server is killed on drop).
+fn watch(server: &mut RunningServer, d: Duration) -> Result<bool> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        interrupt::check()?;
+        if !server.alive() {
+            return Ok(false);
+        }
+        std::thread::sleep(
+            Duration::from_millis(20).min(end.saturating_duration_since(Instant::now())),
+        );
+    }
+    Ok(server.alive())
+}
+
+fn failed_start(message: String, gate: &GateConfig) -> Measurement {
+    let evidence = GateEvidence {
+        start_error: Some(message),
+        ..Default::default()
+    };
+    Measurement {
+        gate: gate::judge(&evidence, gate),
+        ..Default::default()
+    }
+}
+
+pub fn run_trial(
+    server: &ServerCommand,
+    plan: &MeterPlan,
+    s: &TrialSettings,
+) -> Result<Measurement> {
+    let port = free_port()?;
+    let mut running = match RunningServer::start(server, port, plan) {
+        Ok(r) => r,
+        Err(e) => return Ok(failed_start(format!("{e:#}"), &s.gate)),
+    };
+    if let Err(e) = running.wait_listening(s.ready_timeout) {
+        running.stop(s.stop_grace);
+        return Ok(failed_start(format!("{e:#}"), &s.gate));
+    }
+    let load = LoadGen::start(LoadSpec {
+        target: SocketAddr::from(([127, 0, 0, 1], port)),
+        connections: s.connections,
+        timeout: s.connection_timeout,
+        cores: s.load_cores.clone(),
+        contract: s.contract.clone(),
+    })?;
+    let mut alive = watch(&mut running, s.warmup)?;
+
+    load.set_measuring(true);
+    let cpu0 = own_cpu();
+    let t0 = Instant::now();
+    let m0 = running.counters.read()?;
+    let l0 = load.snapshot();
+    let slices = (s.window.as_millis() / SLICE.as_millis()).max(1) as u32;
+    let mut slice_costs = Vec::with_capacity(slices as usize);
+    let (mut mp, mut lp) = (m0, l0);
+    let mut m1 = m0;
+    let mut l1 = l0;
+    for k in 1..=slices {
+        let until = s.window * k / slices;
+        alive &= watch(&mut running, until.saturating_sub(t0.elapsed()))?;
+        m1 = running.counters.read()?;
+        l1 = load.snapshot();
+        let done = l1.completed - lp.completed;
+        if done > 0 {
+            slice_costs.push((m1.primary - mp.primary) as f64 / done as f64);
+        }
+        (mp, lp) = (m1, l1);
+    }
+    let elapsed = t0.elapsed();
+    let cpu1 = own_cpu();
+    load.set_measuring(false);
+
+    let totals = load.finish();
+    alive &= running.alive();
+    running.stop(s.stop_grace);
+
+    let meter = m1.delta(&m0);
+    let window = l1.delta(&l0);
+    let mut evidence = GateEvidence {
+        attempts: totals.snapshot.attempts,
+        completed: totals.snapshot.completed,
+        failures: totals.snapshot.failures,
+        window_completed: window.completed,
+        alive,
+        off_core_ns: m1.off_core_ns,
+        start_error: None,
+    };
+    // A connection still hanging after the drain deadline never completed.
+    evidence.failures[crate::contract::Failure::Timeout.index()] += totals.stuck_clients as u64;
+    let gate = gate::judge(&evidence, &s.gate);
+    let per_conn = |x: u64| (window.completed > 0).then(|| x as f64 / window.completed as f64);
+    let window_s = elapsed.as_secs_f64();
+    let h = &totals.latency_us;
+    let load_cores = s.load_cores.len().max(1) as f64;
+    Ok(Measurement {
+        cost_per_connection: if gate.passed {
+            per_conn(meter.primary)
+        } else {
+            None
+        },
+        gate,
+        window_completed: window.completed,
+        window_s,
+        throughput_cps: window.completed as f64 / window_s,
+        latency_us: Latency {
+            p50: h.value_at_quantile(0.5) as f64,
+            p99: h.value_at_quantile(0.99) as f64,
+            p999: h.value_at_quantile(0.999) as f64,
+        },
+        syscalls_per_connection: meter.syscalls.and_then(per_conn),
+        context_switches_per_connection: per_conn(meter.context_switches),
+        sut_busy: meter.task_clock_ns as f64 / elapsed.as_nanos() as f64,
+        generator_busy: (cpu1 - cpu0).as_secs_f64() / window_s / load_cores,
+        meter_delta: meter,
+        slice_costs,
+    })
+}

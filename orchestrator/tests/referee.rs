@@ -1,0 +1,246 @@
+//! The referee against real servers and the real load generator: honest
+//! servers pass the gate, each purpose-built broken server fails it with the
+//! right reason, and the statistics say `same` for A/A and `worse` for a
+//! server with a known extra cost per connection.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn arm(report: &Value, i: usize) -> &Value {
+    &report["arms"][i]
+}
+
+fn reasons(report: &Value, i: usize) -> Vec<String> {
+    arm(report, i)["gate"]["reasons"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// Compares a fixture mode against the honest fixture for one block.
+fn judge_mode(mode: &str) -> Value {
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let bad = faulty_arm(mode);
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &bad], 1, &[]);
+    assert_eq!(
+        arm(&report, 0)["gate"]["passed"],
+        true,
+        "the honest fixture failed: {report}"
+    );
+    report
+}
+
+fn assert_fails_with(mode: &str, reason: &str) {
+    let _g = exclusive();
+    let report = judge_mode(mode);
+    let gate = &arm(&report, 1)["gate"];
+    assert_eq!(gate["passed"], false, "{mode} passed the gate: {report}");
+    assert!(
+        reasons(&report, 1).iter().any(|r| r == reason),
+        "{mode}: expected reason {reason}, got {:?}",
+        reasons(&report, 1)
+    );
+    assert_eq!(arm(&report, 1)["score"], 0.0);
+    assert_eq!(report["comparisons"][0]["verdict"], "invalid");
+}
+
+#[test]
+fn wrong_bytes_fail_the_gate() {
+    assert_fails_with("wrong_bytes", "wrong_bytes");
+}
+
+#[test]
+fn a_truncated_response_fails_the_gate() {
+    assert_fails_with("truncated", "truncated");
+}
+
+#[test]
+fn one_extra_byte_fails_the_gate() {
+    assert_fails_with("extra_byte", "extra_bytes");
+}
+
+#[test]
+fn a_server_that_never_closes_fails_the_gate() {
+    assert_fails_with("no_close", "timeout");
+}
+
+#[test]
+fn a_server_that_resets_fails_the_gate() {
+    assert_fails_with("reset", "reset");
+}
+
+#[test]
+fn dropping_one_connection_in_500_fails_the_gate() {
+    assert_fails_with("drop_some", "truncated");
+}
+
+#[test]
+fn a_server_that_dies_mid_window_fails_the_gate() {
+    assert_fails_with("die", "server_exited");
+}
+
+#[test]
+fn a_server_that_moves_itself_off_core_fails_the_gate() {
+    assert_fails_with("off_core", "off_core");
+}
+
+#[test]
+fn a_helper_thread_on_another_core_fails_the_gate() {
+    assert_fails_with("thread_off_core", "off_core");
+}
+
+#[test]
+fn answering_without_reading_the_request_fails_the_gate() {
+    assert_fails_with("no_read", "reset");
+}
+
+#[test]
+fn misbehaving_only_later_in_the_trial_fails_the_gate() {
+    assert_fails_with("late_wrong", "wrong_bytes");
+}
+
+#[test]
+fn a_server_that_never_listens_fails_with_its_stderr() {
+    let _g = exclusive();
+    let ws = temp_workspace("[trial]\nready_timeout_ms = 300\n");
+    let ok = faulty_arm("ok");
+    let silent = format!(
+        "cmd:echo about to hang >&2; exec {} --mode never_listen",
+        faulty_server().display()
+    );
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &silent], 1, &[]);
+    let gate = &arm(&report, 1)["gate"];
+    assert_eq!(gate["passed"], false);
+    assert!(reasons(&report, 1).contains(&"no_listen".to_string()));
+    let detail = gate["detail"].to_string();
+    assert!(
+        detail.contains("did not listen") && detail.contains("about to hang"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn a_port_held_by_another_process_is_not_mistaken_for_the_server() {
+    let _g = exclusive();
+    // The arm's "server" binds nothing itself and instead relies on a stale
+    // listener elsewhere; ratchet must not score the stale process.
+    let stale = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = stale.local_addr().unwrap().port();
+    let ws = temp_workspace("[trial]\nready_timeout_ms = 300\n");
+    let ok = faulty_arm("ok");
+    let impostor = format!("cmd:sleep 30; : {port}");
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &impostor], 1, &[]);
+    assert_eq!(arm(&report, 1)["gate"]["passed"], false);
+    drop(stale);
+}
+
+#[test]
+fn control_and_treatment_pass_the_gate() {
+    let _g = exclusive();
+    let config = repo_root().join("harness.toml");
+    let (report, _) = compare_json(&config, &["control", "treatment"], 1, &[]);
+    for i in 0..2 {
+        assert_eq!(arm(&report, i)["gate"]["passed"], true, "{report}");
+        assert!(
+            arm(&report, i)["cost_per_connection"]["median"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+        assert!(arm(&report, i)["score"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(
+        report["meter"]["unit"],
+        if report["meter"]["event"] == "instructions" {
+            "instructions"
+        } else {
+            "ns"
+        }
+    );
+    let env = &report["environment"];
+    assert_eq!(env["control_source_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(env["treatment_source_sha256"].as_str().unwrap().len(), 64);
+    assert!(report["comparisons"][0]["ratio_ci95"].is_array());
+}
+
+#[test]
+fn the_same_server_against_itself_is_the_same() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &ok], 5, &[]);
+    let c = &report["comparisons"][0];
+    assert_eq!(c["verdict"], "same", "{c}");
+}
+
+#[test]
+fn a_known_extra_cost_per_connection_is_worse() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let slow = format!("{} --spin-us 40", faulty_arm("spin"));
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &slow], 5, &[]);
+    let c = &report["comparisons"][0];
+    assert_eq!(c["verdict"], "worse", "{c}");
+    assert!(c["ratio_median"].as_f64().unwrap() > 1.2, "{c}");
+}
+
+#[test]
+fn the_table_names_the_unit_and_the_verdict() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let out = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args(["compare", &ok, &ok, "--blocks", "1"])
+        .args(QUICK)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("/conn") && text.contains("=> "), "{text}");
+    assert!(
+        text.contains(" ns/conn") || text.contains(" instructions/conn"),
+        "{text}"
+    );
+}
+
+#[test]
+fn malformed_configuration_names_the_field() {
+    let ws = temp_workspace("[gate]\nmax_failure_rate = \"low\"\n");
+    let out = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args(["compare", "control", "treatment"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("harness.toml") && err.contains("max_failure_rate"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_arm_is_refused_clearly() {
+    let ws = temp_workspace("");
+    let out = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args(["compare", "control", "treatmnet"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("treatmnet") && err.contains("expected control"),
+        "{err}"
+    );
+}
