@@ -63,7 +63,7 @@ mod tests {
 
     #[test]
     fn straddling_interval_is_extended_once_then_discarded() {
-        let c = cmp(0.96, 0.93, 0.99);
+        let c = cmp(0.975, 0.95, 1.01);
         assert_eq!(decide(&c, 0.03, 2.0, false), Decision::Extend);
         assert_eq!(decide(&c, 0.03, 2.0, true), Decision::Discard);
     }

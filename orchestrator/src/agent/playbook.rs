@@ -90,3 +90,128 @@ impl Agent for Playbook {
         Ok(Proposed::Exhausted)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    fn root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    }
+
+    fn vanilla() -> BTreeMap<String, String> {
+        let text = std::fs::read_to_string(root().join("treatment/server.c")).unwrap();
+        BTreeMap::from([("treatment/server.c".to_string(), text)])
+    }
+
+    /// Compiles a treatment with the harness's own flags.
+    fn compiles(files: &BTreeMap<String, String>) -> Result<(), String> {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("server.c");
+        std::fs::write(&src, &files["treatment/server.c"]).unwrap();
+        let out = Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
+            .arg(dir.path().join("server.o"))
+            .arg(&src)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).to_string())
+        }
+    }
+
+    #[test]
+    fn every_entry_applies_to_the_vanilla_server_or_names_its_prerequisite() {
+        let entries = load(&root().join("knowledge-base/playbook")).unwrap();
+        assert!(entries.len() >= 14, "{} entries", entries.len());
+        let base = vanilla();
+        for e in &entries {
+            if !e.requires.is_empty() {
+                continue;
+            }
+            let files = edit::apply_all(&base, &e.edits).unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            compiles(&files).unwrap_or_else(|err| panic!("{} does not compile:\n{err}", e.id));
+        }
+    }
+
+    #[test]
+    fn keeping_everything_in_order_compiles_at_every_step() {
+        let entries = load(&root().join("knowledge-base/playbook")).unwrap();
+        let mut files = vanilla();
+        let mut kept: Vec<&str> = Vec::new();
+        for e in &entries {
+            if e.requires.iter().any(|r| !kept.contains(&r.as_str())) {
+                continue;
+            }
+            let Ok(next) = edit::apply_all(&files, &e.edits) else {
+                continue; // no longer applies, as the agent would skip it
+            };
+            compiles(&next).unwrap_or_else(|err| panic!("after {kept:?} + {}:\n{err}", e.id));
+            files = next;
+            kept.push(&e.id);
+        }
+        for win in ["ring-defer-taskrun", "multishot-accept", "direct-descriptors", "connection-freelist", "send-msg-more", "skip-success-send-close"] {
+            assert!(kept.contains(&win), "{win} was not applicable in sequence: {kept:?}");
+        }
+    }
+
+    #[test]
+    fn the_six_wins_compose_without_the_failures() {
+        let entries = load(&root().join("knowledge-base/playbook")).unwrap();
+        let wins = ["ring-defer-taskrun", "multishot-accept", "direct-descriptors", "connection-freelist", "send-msg-more", "skip-success-send-close"];
+        let mut files = vanilla();
+        for id in wins.iter().rev() {
+            let e = entries.iter().find(|e| e.id == *id).unwrap();
+            files = edit::apply_all(&files, &e.edits).unwrap_or_else(|err| panic!("{id} in reverse order: {err}"));
+        }
+        compiles(&files).unwrap();
+    }
+
+    #[test]
+    fn proposes_in_order_and_skips_what_was_tried_or_needs_a_missing_win() {
+        let entries = load(&root().join("knowledge-base/playbook")).unwrap();
+        let mut agent = Playbook::new(entries);
+        let mut ctx = ProposalContext {
+            files: vanilla(),
+            champion_commit: "c0".into(),
+            kept_ids: vec![],
+            history: vec![],
+            lessons: String::new(),
+            profile: None,
+            contract_request: String::new(),
+            contract_response: String::new(),
+            allowed_paths: vec![],
+            worktree: PathBuf::new(),
+        };
+        let first = match agent.propose(&ctx).unwrap() {
+            Proposed::Edits(p) => p,
+            _ => panic!("expected a proposal"),
+        };
+        assert_eq!(first.playbook_id.as_deref(), Some("ring-defer-taskrun"));
+        ctx.history.push(super::super::AttemptSummary {
+            number: 1,
+            hypothesis: first.hypothesis,
+            verdict: "discard".into(),
+            ratio: None,
+            ci95: None,
+            playbook_id: first.playbook_id,
+            champion: "c0".into(),
+            detail: None,
+        });
+        let Proposed::Edits(second) = agent.propose(&ctx).unwrap() else {
+            panic!("expected a proposal")
+        };
+        assert_eq!(second.playbook_id.as_deref(), Some("multishot-accept"));
+        // Against a new champion the discarded idea is worth retrying.
+        ctx.champion_commit = "c1".into();
+        let Proposed::Edits(again) = agent.propose(&ctx).unwrap() else {
+            panic!("expected a proposal")
+        };
+        assert_eq!(again.playbook_id.as_deref(), Some("ring-defer-taskrun"));
+    }
+}
