@@ -252,7 +252,7 @@ impl Loop<'_> {
             cv * 100.0,
             threshold * 100.0
         );
-        self.bar.println(&message);
+        say(&self.bar, &message);
         if needed > max_blocks {
             return Ok(Some(format!(
                 "{message}, more than run.max_blocks = {max_blocks}. This machine cannot resolve the threshold: \
@@ -260,7 +260,7 @@ impl Loop<'_> {
             )));
         }
         if needed > blocks {
-            self.bar.println(format!(
+            say(&self.bar, format!(
                 "raising blocks per measurement from {blocks} to {needed}"
             ));
         }
@@ -297,7 +297,7 @@ impl Loop<'_> {
                 }
                 self.profile_text = Some(p.render());
             }
-            Err(e) => self.bar.println(format!("profile skipped: {e:#}")),
+            Err(e) => say(&self.bar, format!("profile skipped: {e:#}")),
         }
     }
 
@@ -325,7 +325,7 @@ impl Loop<'_> {
             .as_ref()
             .and_then(|c| c.ratio_median)
             .map_or(String::new(), |r| format!(" ratio {r:.3}"));
-        self.bar.println(format!(
+        say(&self.bar, format!(
             "#{:<3} {:<13} {}{ratio}",
             a.number, a.verdict, a.hypothesis
         ));
@@ -620,7 +620,7 @@ impl Loop<'_> {
             let drift = control_cost / start - 1.0;
             record.control_drift = Some(drift);
             if drift.abs() > self.config().run.drift_warning {
-                self.bar.println(format!(
+                say(&self.bar, format!(
                     "warning: the control's cost moved {:+.1}% since the run started (machine drift); ratios stay comparable, raw costs do not",
                     drift * 100.0
                 ));
@@ -725,6 +725,16 @@ impl Loop<'_> {
     }
 }
 
+/// A line for the user: above the progress bar on a terminal, plain stderr
+/// otherwise (indicatif hides everything when stderr is not a terminal).
+fn say(bar: &ProgressBar, line: impl AsRef<str>) {
+    if bar.is_hidden() {
+        eprintln!("{}", line.as_ref());
+    } else {
+        bar.println(line.as_ref());
+    }
+}
+
 fn bar() -> ProgressBar {
     let bar = ProgressBar::new_spinner();
     bar.set_style(
@@ -800,7 +810,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
             let attempts = journal.attempts()?;
             let mut champion = journal.champion()?.context("champion.json is missing")?;
             reconcile(&git, &journal, &attempts, &mut champion)?;
-            bar.println(format!(
+            say(&bar, format!(
                 "resuming run {id} after {} recorded attempts",
                 attempts.len()
             ));
@@ -842,7 +852,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
                 kept_ids: vec![],
             };
             journal.write_champion(&champion)?;
-            bar.println(format!(
+            say(&bar, format!(
                 "run {run_id}: branch {}, results in {}",
                 git.branch,
                 journal.dir.display()

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, checks formatting and lints,
+# then runs every test (unit tests and integration tests with the real
+# servers, load generator and git repositories).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --release --all-targets -- -D warnings
+(cd control && test -z "$(gofmt -l .)" && go vet ./...)
+cargo test --release
