@@ -14,7 +14,6 @@ need /usr/include/liburing.h liburing-dev
 need go golang-go
 need perf linux-perf
 need git git
-need pkg-config pkg-config
 
 if ((${#missing[@]})); then
   echo "setup: installing missing packages: ${missing[*]}"
