@@ -260,9 +260,10 @@ impl Loop<'_> {
             )));
         }
         if needed > blocks {
-            say(&self.bar, format!(
-                "raising blocks per measurement from {blocks} to {needed}"
-            ));
+            say(
+                &self.bar,
+                format!("raising blocks per measurement from {blocks} to {needed}"),
+            );
         }
         self.run.blocks = needed;
         Ok(None)
@@ -325,10 +326,10 @@ impl Loop<'_> {
             .as_ref()
             .and_then(|c| c.ratio_median)
             .map_or(String::new(), |r| format!(" ratio {r:.3}"));
-        say(&self.bar, format!(
-            "#{:<3} {:<13} {}{ratio}",
-            a.number, a.verdict, a.hypothesis
-        ));
+        say(
+            &self.bar,
+            format!("#{:<3} {:<13} {}{ratio}", a.number, a.verdict, a.hypothesis),
+        );
         self.attempts.push(a);
         Ok(())
     }
@@ -810,10 +811,13 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
             let attempts = journal.attempts()?;
             let mut champion = journal.champion()?.context("champion.json is missing")?;
             reconcile(&git, &journal, &attempts, &mut champion)?;
-            say(&bar, format!(
-                "resuming run {id} after {} recorded attempts",
-                attempts.len()
-            ));
+            say(
+                &bar,
+                format!(
+                    "resuming run {id} after {} recorded attempts",
+                    attempts.len()
+                ),
+            );
             (journal, run, git, champion, attempts, false)
         }
         None => {
@@ -852,11 +856,14 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
                 kept_ids: vec![],
             };
             journal.write_champion(&champion)?;
-            say(&bar, format!(
-                "run {run_id}: branch {}, results in {}",
-                git.branch,
-                journal.dir.display()
-            ));
+            say(
+                &bar,
+                format!(
+                    "run {run_id}: branch {}, results in {}",
+                    git.branch,
+                    journal.dir.display()
+                ),
+            );
             (journal, run, git, champion, Vec::new(), true)
         }
     };

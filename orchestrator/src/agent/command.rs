@@ -98,3 +98,85 @@ impl Agent for CommandAgent {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn context(worktree: &std::path::Path) -> ProposalContext {
+        ProposalContext {
+            files: BTreeMap::new(),
+            champion_commit: "c0".into(),
+            kept_ids: vec![],
+            history: vec![],
+            lessons: String::new(),
+            profile: None,
+            contract_request: String::new(),
+            contract_response: String::new(),
+            allowed_paths: vec!["treatment/*.c".into()],
+            worktree: worktree.to_path_buf(),
+        }
+    }
+
+    fn agent(script: &str, timeout_s: u64) -> CommandAgent {
+        CommandAgent::new(CommandAgentConfig {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                script.into(),
+                "agent".into(),
+                "{prompt_file}".into(),
+            ],
+            timeout_s,
+            pass_env: vec![],
+        })
+    }
+
+    #[test]
+    fn runs_in_the_worktree_with_the_prompt_and_reports_its_hypothesis() {
+        let wt = tempfile::tempdir().unwrap();
+        let mut a = agent("grep -q 'Champion source' \"$1\" && echo edited > changed.txt && echo 'HYPOTHESIS: touch a file'", 10);
+        let Proposed::WorktreeChanged { hypothesis, .. } = a.propose(&context(wt.path())).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(hypothesis, "touch a file");
+        assert!(wt.path().join("changed.txt").exists());
+    }
+
+    #[test]
+    fn secrets_in_the_environment_do_not_reach_the_agent() {
+        std::env::set_var("RATCHET_TEST_SECRET_FOR_COMMAND", "hunter2");
+        let wt = tempfile::tempdir().unwrap();
+        let mut a = agent("env > env.txt; echo HYPOTHESIS: x", 10);
+        a.propose(&context(wt.path())).unwrap();
+        let env = std::fs::read_to_string(wt.path().join("env.txt")).unwrap();
+        assert!(!env.contains("hunter2"), "{env}");
+        assert!(env.contains("PATH="));
+        assert!(
+            !env.contains(&format!(
+                "HOME={}",
+                std::env::var("HOME").unwrap_or_default()
+            )) || std::env::var("HOME").is_err()
+        );
+    }
+
+    #[test]
+    fn a_hanging_agent_is_killed_at_its_time_limit() {
+        let wt = tempfile::tempdir().unwrap();
+        let mut a = agent("sleep 30", 1);
+        let started = std::time::Instant::now();
+        let e = a.propose(&context(wt.path())).err().unwrap();
+        assert!(e.to_string().contains("timed out"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_failing_agent_is_unavailable_with_its_output() {
+        let wt = tempfile::tempdir().unwrap();
+        let mut a = agent("echo boom >&2; exit 3", 10);
+        let e = a.propose(&context(wt.path())).err().unwrap();
+        assert!(e.to_string().contains("boom"), "{e}");
+    }
+}

@@ -50,6 +50,11 @@ impl Playbook {
 
     /// Why `entry` is not proposed now, or None if it should be.
     fn skip_reason(&self, entry: &Entry, ctx: &ProposalContext) -> Option<String> {
+        // An entry that inserts lines before an anchor still "applies" to a
+        // champion that already has it; the lineage, not the text, decides.
+        if ctx.kept_ids.contains(&entry.id) {
+            return Some("already in the champion".into());
+        }
         let tried = ctx.history.iter().any(|a| {
             a.playbook_id.as_deref() == Some(&entry.id) && a.champion == ctx.champion_commit
         });
@@ -99,7 +104,10 @@ mod tests {
     use std::process::Command;
 
     fn root() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .to_path_buf()
     }
 
     fn vanilla() -> BTreeMap<String, String> {
@@ -134,7 +142,8 @@ mod tests {
             if !e.requires.is_empty() {
                 continue;
             }
-            let files = edit::apply_all(&base, &e.edits).unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            let files =
+                edit::apply_all(&base, &e.edits).unwrap_or_else(|err| panic!("{}: {err}", e.id));
             compiles(&files).unwrap_or_else(|err| panic!("{} does not compile:\n{err}", e.id));
         }
     }
@@ -155,19 +164,37 @@ mod tests {
             files = next;
             kept.push(&e.id);
         }
-        for win in ["ring-defer-taskrun", "multishot-accept", "direct-descriptors", "connection-freelist", "send-msg-more", "skip-success-send-close"] {
-            assert!(kept.contains(&win), "{win} was not applicable in sequence: {kept:?}");
+        for win in [
+            "ring-defer-taskrun",
+            "multishot-accept",
+            "direct-descriptors",
+            "connection-freelist",
+            "send-msg-more",
+            "skip-success-send-close",
+        ] {
+            assert!(
+                kept.contains(&win),
+                "{win} was not applicable in sequence: {kept:?}"
+            );
         }
     }
 
     #[test]
     fn the_six_wins_compose_without_the_failures() {
         let entries = load(&root().join("knowledge-base/playbook")).unwrap();
-        let wins = ["ring-defer-taskrun", "multishot-accept", "direct-descriptors", "connection-freelist", "send-msg-more", "skip-success-send-close"];
+        let wins = [
+            "ring-defer-taskrun",
+            "multishot-accept",
+            "direct-descriptors",
+            "connection-freelist",
+            "send-msg-more",
+            "skip-success-send-close",
+        ];
         let mut files = vanilla();
         for id in wins.iter().rev() {
             let e = entries.iter().find(|e| e.id == *id).unwrap();
-            files = edit::apply_all(&files, &e.edits).unwrap_or_else(|err| panic!("{id} in reverse order: {err}"));
+            files = edit::apply_all(&files, &e.edits)
+                .unwrap_or_else(|err| panic!("{id} in reverse order: {err}"));
         }
         compiles(&files).unwrap();
     }
@@ -213,5 +240,31 @@ mod tests {
             panic!("expected a proposal")
         };
         assert_eq!(again.playbook_id.as_deref(), Some("ring-defer-taskrun"));
+        // A kept entry is never proposed again, even where its edits would
+        // still apply (multishot-accept only inserts before anchor lines).
+        let multishot = edit::apply_all(&ctx.files, &second.edits).unwrap();
+        assert!(
+            edit::apply_all(&multishot, &second.edits).is_ok(),
+            "the premise of this check"
+        );
+        ctx.files = multishot;
+        ctx.kept_ids = vec!["multishot-accept".into()];
+        ctx.champion_commit = "c2".into();
+        for _ in 0..3 {
+            let Proposed::Edits(p) = agent.propose(&ctx).unwrap() else {
+                break;
+            };
+            assert_ne!(p.playbook_id.as_deref(), Some("multishot-accept"));
+            ctx.history.push(super::super::AttemptSummary {
+                number: 9,
+                hypothesis: p.hypothesis,
+                verdict: "discard".into(),
+                ratio: None,
+                ci95: None,
+                playbook_id: p.playbook_id,
+                champion: "c2".into(),
+                detail: None,
+            });
+        }
     }
 }

@@ -1,0 +1,530 @@
+//! `ratchet run` end to end on temporary git repositories: the real servers,
+//! the real load generator, real git, small blocks and windows.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Settings small enough for a test; the threshold is coarse because the
+/// planted changes are large (tens of microseconds per connection).
+const SMALL: &str = r#"
+[load]
+connections = 32
+[trial]
+warmup_ms = 150
+window_ms = 400
+[gate]
+min_completed = 50
+[compare]
+blocks = 3
+threshold = 0.3
+[run]
+smoke_window_ms = 200
+suspicious_gain = 20.0
+profile = false
+"#;
+
+/// A busy-wait added to the vanilla server's accept path: the planted cost.
+const SPIN: &str = "void slow_down(void)\n{\n\tstruct timespec t0, t;\n\n\tclock_gettime(CLOCK_MONOTONIC, &t0);\n\tdo\n\t\tclock_gettime(CLOCK_MONOTONIC, &t);\n\twhile ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 40000);\n}\n\n";
+
+fn entry(id: &str, hypothesis: &str, search: &str, replace: &str) -> String {
+    format!(
+        "id = \"{id}\"\ncategory = \"test\"\nhypothesis = \"{hypothesis}\"\n\n[[edits]]\npath = \"treatment/server.c\"\nsearch = '''\n{search}'''\nreplace = '''\n{replace}'''\n"
+    )
+}
+
+/// A git repository laid out like the project, with a slowed treatment.
+/// `extra_config` is appended after the `[run]` table: bare keys land in it.
+fn fixture_repo(extra_config: &str, playbook: &[String]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let src = repo_root();
+    for sub in ["treatment", "control"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+        for f in std::fs::read_dir(src.join(sub)).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() {
+                std::fs::copy(&f, root.join(sub).join(f.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    let server = root.join("treatment/server.c");
+    let text = std::fs::read_to_string(&server).unwrap();
+    let text = text
+        .replace(
+            "#include <unistd.h>\n",
+            "#include <time.h>\n#include <unistd.h>\n",
+        )
+        .replace(
+            "static void on_accept(",
+            &format!("{SPIN}static void on_accept("),
+        )
+        .replace(
+            "\tc->fd = cqe->res;\n",
+            "\tslow_down();\n\tc->fd = cqe->res;\n",
+        );
+    std::fs::write(&server, text).unwrap();
+    let pb = root.join("knowledge-base/playbook");
+    std::fs::create_dir_all(&pb).unwrap();
+    for (i, e) in playbook.iter().enumerate() {
+        std::fs::write(pb.join(format!("{i:02}.toml")), e).unwrap();
+    }
+    std::fs::write(
+        root.join("harness.toml"),
+        format!("{SMALL}\n{extra_config}"),
+    )
+    .unwrap();
+    std::fs::write(root.join(".gitignore"), ".ratchet/\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(
+        root,
+        &["-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"],
+    );
+    git(
+        root,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "fixture",
+        ],
+    );
+    dir
+}
+
+fn ratchet_run(root: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    Command::new(ratchet())
+        .arg("--config")
+        .arg(root.join("harness.toml"))
+        .arg("run")
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn only_run(root: &Path) -> (String, PathBuf) {
+    let dirs: Vec<_> = std::fs::read_dir(root.join("results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let id = dirs[0].file_name().unwrap().to_string_lossy().to_string();
+    (id, dirs[0].clone())
+}
+
+fn attempts(run_dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every journal line is valid JSON"))
+        .collect()
+}
+
+fn verdicts(run_dir: &Path) -> Vec<String> {
+    attempts(run_dir)
+        .iter()
+        .map(|a| a["verdict"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn run_json(run_dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap()
+}
+
+fn assert_clean(worktree: &Path) {
+    assert_eq!(
+        git(worktree, &["status", "--porcelain", "--ignored"]),
+        "",
+        "worktree not clean"
+    );
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn planted_playbook() -> Vec<String> {
+    vec![
+        entry(
+            "remove-spin",
+            "Remove the busy-wait from the accept path",
+            "\tslow_down();\n",
+            "",
+        ),
+        entry(
+            "spin-on-recv",
+            "Busy-wait before every recv as well",
+            "\ttag(sqe, c, OP_RECV);\n",
+            "\tslow_down();\n\ttag(sqe, c, OP_RECV);\n",
+        ),
+        entry(
+            "syntax-error",
+            "A change that does not compile",
+            "#define RECV_BUF 1024\n",
+            "#define RECV_BUF 1024 +\n",
+        ),
+        entry(
+            "comment-only",
+            "Reword a comment",
+            " * Every connection object is malloc'd and freed. Nothing here is tuned; finding\n",
+            " * Every connection object is malloc'd and freed. Nothing here is tuned: finding\n",
+        ),
+        entry(
+            "wrong-length",
+            "Announce a longer body",
+            "Content-Length: 2\\r\\n",
+            "Content-Length: 3\\r\\n",
+        ),
+    ]
+}
+
+#[test]
+fn the_playbook_loop_keeps_discards_and_records_every_verdict() {
+    let _g = exclusive();
+    let repo = fixture_repo("", &planted_playbook());
+    let root = repo.path();
+    let out = ratchet_run(root, &[], &[]);
+    assert!(out.status.success(), "{}", show(&out));
+    let (id, run_dir) = only_run(root);
+    assert_eq!(
+        verdicts(&run_dir),
+        ["keep", "discard", "build_failed", "no_op", "invalid"],
+        "{}",
+        show(&out)
+    );
+    let run = run_json(&run_dir);
+    assert_eq!(run["status"], "converged");
+
+    // The kept mutation is a commit on the run branch with its evidence.
+    let branch = format!("ratchet/{id}");
+    let message = git(root, &["log", "-1", "--format=%B", &branch]);
+    assert!(
+        message.starts_with("Remove the busy-wait from the accept path"),
+        "{message}"
+    );
+    for trailer in [
+        "Ratchet-Run: ",
+        "Ratchet-Attempt: 1",
+        "Ratchet-Meter: ",
+        "Ratchet-Cost-Per-Connection: ",
+        "Ratchet-Ratio: 0.",
+        "Ratchet-CI95: ",
+        "Ratchet-Vs-Control: ",
+    ] {
+        assert!(message.contains(trailer), "missing {trailer} in\n{message}");
+    }
+    assert_eq!(
+        git(root, &["rev-parse", &format!("{branch}~1")]),
+        git(root, &["rev-parse", "main"])
+    );
+    // Every attempt, whatever its verdict, has its tree under a ref.
+    for n in 1..=5 {
+        git(
+            root,
+            &[
+                "rev-parse",
+                "--verify",
+                &format!("refs/ratchet/{id}/attempts/{n}"),
+            ],
+        );
+    }
+    let a = attempts(&run_dir);
+    assert!(
+        a[2]["build_log_tail"].as_str().unwrap().contains("error"),
+        "{}",
+        a[2]
+    );
+    assert!(a[0]["diff"].as_str().unwrap().contains("-\tslow_down();"));
+    assert_eq!(
+        a[0]["samples"]["trials"].as_array().unwrap().len(),
+        3,
+        "champion, candidate, control"
+    );
+    assert!(
+        a[4]["detail"].as_str().unwrap().contains("smoke"),
+        "{}",
+        a[4]
+    );
+    // The worktree is clean and at the champion; the user's tree is untouched.
+    let worktree = PathBuf::from(run["worktree"].as_str().unwrap());
+    assert_clean(&worktree);
+    assert_eq!(
+        git(&worktree, &["rev-parse", "HEAD"]),
+        git(root, &["rev-parse", &branch])
+    );
+    assert_eq!(
+        git(root, &["rev-parse", "HEAD"]),
+        git(root, &["rev-parse", "main"])
+    );
+    assert!(std::fs::read_to_string(root.join("treatment/server.c"))
+        .unwrap()
+        .contains("\tslow_down();"));
+    let champion: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("champion.json")).unwrap())
+            .unwrap();
+    assert_eq!(champion["attempt"], 1);
+    assert_eq!(
+        champion["commit"].as_str().unwrap(),
+        git(root, &["rev-parse", &branch])
+    );
+    // The knowledge base learned from every verdict.
+    let lessons = std::fs::read_to_string(root.join("lessons.md")).unwrap();
+    for h in [
+        "Remove the busy-wait",
+        "Busy-wait before every recv",
+        "does not compile",
+        "Reword a comment",
+        "longer body",
+    ] {
+        assert!(lessons.contains(h), "lessons.md lacks {h}");
+    }
+}
+
+#[test]
+fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
+    let _g = exclusive();
+    let scripts = tempfile::tempdir().unwrap();
+    let counter = scripts.path().join("calls");
+    let env_dump = scripts.path().join("env");
+    let script = scripts.path().join("agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nn=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}\nenv > {e}\n\
+             case $n in\n\
+             1) echo '// tampered' >> control/main.go; echo 'HYPOTHESIS: tune the control';;\n\
+             2) ln -s /etc/passwd treatment/evil.c; echo 'HYPOTHESIS: link a file in';;\n\
+             3) echo '# tampered' >> treatment/Makefile; echo 'HYPOTHESIS: change the build';;\n\
+             4) mkdir -p treatment/sub && echo 'int x;' > treatment/sub/x.c; echo 'HYPOTHESIS: a nested file';;\n\
+             *) echo 'HYPOTHESIS: do nothing';;\n\
+             esac\n",
+            c = counter.display(),
+            e = env_dump.display()
+        ),
+    )
+    .unwrap();
+    let config = format!(
+        "agent = \"command\"\n[agents.command]\nargv = [\"sh\", \"{}\"]\ntimeout_s = 20\n",
+        script.display()
+    );
+    let repo = fixture_repo(&config, &[]);
+    let root = repo.path();
+    let out = ratchet_run(
+        root,
+        &["--max-iterations", "5"],
+        &[("RATCHET_TEST_SECRET", "hunter2")],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let (_, run_dir) = only_run(root);
+    assert_eq!(
+        verdicts(&run_dir),
+        ["scope", "scope", "scope", "scope", "no_op"],
+        "{}",
+        show(&out)
+    );
+    let a = attempts(&run_dir);
+    assert!(a[0]["detail"].as_str().unwrap().contains("control/main.go"));
+    assert!(a[1]["detail"].as_str().unwrap().contains("symbolic link"));
+    assert!(a[2]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("treatment/Makefile"));
+    assert!(a[3]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("treatment/sub/x.c"));
+    let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
+    assert_clean(&worktree);
+    assert!(!worktree.join("treatment/evil.c").exists());
+    assert!(!std::fs::read_to_string(worktree.join("control/main.go"))
+        .unwrap()
+        .contains("tampered"));
+    assert!(
+        !std::fs::read_to_string(env_dump)
+            .unwrap()
+            .contains("hunter2"),
+        "the agent saw a secret"
+    );
+}
+
+/// An OpenAI-protocol endpoint that never gives a usable reply.
+fn useless_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 65536];
+            let _ = s.read(&mut buf);
+            std::thread::sleep(Duration::from_millis(20));
+            let body = r#"{"choices":[{"message":{"content":"I would rather chat about the weather."}}],"usage":{"prompt_tokens":10,"completion_tokens":5}}"#;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn malformed_replies_are_recorded_and_the_key_never_leaks() {
+    let _g = exclusive();
+    let url = useless_endpoint();
+    let key = "sk-test-NEVER-WRITE-ME-42";
+    let repo = fixture_repo(
+        &format!("\n[agents.openai]\nbase_url = \"{url}\"\napi_key_env = \"RATCHET_TEST_OPENAI_KEY\"\nrepair_rounds = 1\nmax_retries = 0\n"),
+        &[],
+    );
+    let root = repo.path();
+    let out = ratchet_run(
+        root,
+        &["--agent", "openai", "--max-iterations", "2"],
+        &[("RATCHET_TEST_OPENAI_KEY", key)],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let (id, run_dir) = only_run(root);
+    assert_eq!(verdicts(&run_dir), ["malformed", "malformed"]);
+    assert!(
+        attempts(&run_dir)[0]["usage"]["input_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // Grep every output of the run for the key.
+    assert!(!show(&out).contains(key));
+    let grep = Command::new("grep")
+        .args(["-r", "-l", key])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(
+        grep.stdout.is_empty(),
+        "key found in {}",
+        String::from_utf8_lossy(&grep.stdout)
+    );
+    let log = git(root, &["log", "--all", "-p", &format!("ratchet/{id}")]);
+    assert!(!log.contains(key));
+}
+
+fn wait_for_lines(path: &Path, n: usize, limit: Duration) {
+    let start = Instant::now();
+    while std::fs::read_to_string(path).map_or(0, |t| t.lines().count()) < n {
+        assert!(start.elapsed() < limit, "no {n} journal lines in {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn servers_running(root: &Path) -> String {
+    let out = Command::new("pgrep")
+        .args(["-af", &root.join(".ratchet/builds").display().to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn a_run_killed_or_interrupted_mid_iteration_resumes_without_losing_or_repeating_attempts() {
+    let _g = exclusive();
+    let repo = fixture_repo("", &planted_playbook());
+    let root = repo.path();
+    let spawn = |args: &[&str]| {
+        Command::new(ratchet())
+            .arg("--config")
+            .arg(root.join("harness.toml"))
+            .arg("run")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // SIGKILL once the first attempt is journaled, i.e. in the middle of the second.
+    let mut child = spawn(&[]);
+    let results = root.join("results");
+    let start = Instant::now();
+    while !results.exists() || std::fs::read_dir(&results).unwrap().count() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (id, run_dir) = only_run(root);
+    wait_for_lines(&run_dir.join("attempts.jsonl"), 1, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(servers_running(root), "", "a server outlived ratchet");
+
+    // Resume, and this time interrupt it with SIGINT.
+    let mut child = spawn(&["--resume", &id]);
+    wait_for_lines(&run_dir.join("attempts.jsonl"), 2, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_millis(1000));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "an interrupted run exits 130");
+    assert_eq!(run_json(&run_dir)["status"], "interrupted");
+    assert_eq!(servers_running(root), "");
+
+    // Resume to the end.
+    let out = ratchet_run(root, &["--resume", &id], &[]);
+    assert!(out.status.success(), "{}", show(&out));
+    let numbers: Vec<u64> = attempts(&run_dir)
+        .iter()
+        .map(|a| a["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [1, 2, 3, 4, 5], "attempts lost or repeated");
+    assert_eq!(
+        verdicts(&run_dir),
+        ["keep", "discard", "build_failed", "no_op", "invalid"]
+    );
+    assert_eq!(run_json(&run_dir)["status"], "converged");
+    let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
+    assert_clean(&worktree);
+    assert_eq!(
+        git(
+            root,
+            &["rev-list", "--count", &format!("main..ratchet/{id}")]
+        ),
+        "1",
+        "exactly one kept commit"
+    );
+}
+
+#[test]
+fn a_second_run_on_the_same_core_is_refused() {
+    let _g = exclusive();
+    let repo = fixture_repo("", &planted_playbook());
+    let root = repo.path();
+    let mut first = Command::new(ratchet())
+        .arg("--config")
+        .arg(root.join("harness.toml"))
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = ratchet_run(root, &[], &[]);
+    unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
+    first.wait().unwrap();
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("is in use by another ratchet"),
+        "{}",
+        show(&second)
+    );
+}
