@@ -34,6 +34,22 @@ pub struct Step<'a> {
     pub done: usize,
 }
 
+/// The order of `arms` arms in block `b`. Every block's order is uniformly
+/// random, and each run of `arms` consecutive blocks uses the rotations of one
+/// random permutation, so every arm runs in every position equally often: an
+/// order effect (the first trial of a block running costlier, say) then adds
+/// no bias to any arm. Seeded, so a schedule is reproducible.
+pub fn block_order(arms: usize, b: usize, seed: u64) -> Vec<usize> {
+    let group = (b / arms.max(1)) as u64;
+    let mut rng = StdRng::seed_from_u64(seed ^ group.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut base: Vec<usize> = (0..arms).collect();
+    base.shuffle(&mut rng);
+    let mut rotations: Vec<usize> = (0..arms).collect();
+    rotations.shuffle(&mut rng);
+    base.rotate_left(rotations[b % arms.max(1)]);
+    base
+}
+
 impl Samples {
     pub fn new(arms: usize) -> Self {
         Self {
@@ -46,8 +62,7 @@ impl Samples {
         self.trials.first().map_or(0, Vec::len)
     }
 
-    /// Runs `blocks` more blocks. The order inside block `b` is a shuffle
-    /// seeded by (`seed`, `b`), so a comparison's schedule is reproducible.
+    /// Runs `blocks` more blocks, in the order [`block_order`] gives.
     pub fn run_blocks(
         &mut self,
         arms: &[Arm],
@@ -61,10 +76,7 @@ impl Samples {
         let total_blocks = first + blocks;
         let mut done = 0;
         for b in first..total_blocks {
-            let mut order: Vec<usize> = (0..arms.len()).collect();
-            order.shuffle(&mut StdRng::seed_from_u64(
-                seed ^ (b as u64).wrapping_mul(0x9e37_79b9),
-            ));
+            let order = block_order(arms.len(), b, seed);
             let mut block = vec![None; arms.len()];
             for &i in &order {
                 on_step(Step {
@@ -264,6 +276,26 @@ mod tests {
             ],
             orders: vec![],
         }
+    }
+
+    #[test]
+    fn block_orders_are_permutations_balanced_over_positions() {
+        for arms in 1..5 {
+            let mut seen = vec![vec![0; arms]; arms];
+            for b in 0..arms * 4 {
+                let order = block_order(arms, b, 7);
+                let mut sorted = order.clone();
+                sorted.sort();
+                assert_eq!(sorted, (0..arms).collect::<Vec<_>>());
+                for (pos, arm) in order.iter().enumerate() {
+                    seen[*arm][pos] += 1;
+                }
+            }
+            for row in &seen {
+                assert!(row.iter().all(|&n| n == 4), "{arms} arms: {seen:?}");
+            }
+        }
+        assert_eq!(block_order(3, 5, 1), block_order(3, 5, 1));
     }
 
     #[test]

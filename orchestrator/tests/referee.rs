@@ -109,8 +109,9 @@ fn a_server_that_never_listens_fails_with_its_stderr() {
     let _g = exclusive();
     let ws = temp_workspace("[trial]\nready_timeout_ms = 300\n");
     let ok = faulty_arm("ok");
+    // A `cmd:` arm is one command line; a compound one goes through `sh -c`.
     let silent = format!(
-        "cmd:echo about to hang >&2; exec {} --mode never_listen",
+        "cmd:sh -c 'echo about to hang >&2; exec {} --mode never_listen'",
         faulty_server().display()
     );
     let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &silent], 1, &[]);

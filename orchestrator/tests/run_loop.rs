@@ -57,7 +57,7 @@ fn fixture_repo(extra_config: &str, playbook: &[String]) -> tempfile::TempDir {
     let text = text
         .replace(
             "#include <unistd.h>\n",
-            "#include <time.h>\n#include <unistd.h>\n",
+            "#include <time.h>\n#include <unistd.h>\n\nvoid slow_down(void);\n",
         )
         .replace(
             "static void on_accept(",
