@@ -90,6 +90,14 @@ pub fn run_bounded(
         .stdout(log.try_clone()?)
         .stderr(log.try_clone()?)
         .process_group(0);
+    // SAFETY: prctl is async-signal-safe. The child dies with ratchet, so a
+    // SIGKILLed run leaves no agent editing its worktree or build running.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().with_context(|| format!("running {cmd:?}"))?;
     let deadline = Instant::now() + timeout;
     let status = loop {

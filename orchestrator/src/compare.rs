@@ -32,6 +32,8 @@ pub struct Step<'a> {
     pub blocks: usize,
     pub arm: &'a str,
     pub done: usize,
+    /// Median ratio of the second arm to the first over the blocks so far.
+    pub ratio_so_far: Option<f64>,
 }
 
 /// The order of `arms` arms in block `b`. Every block's order is uniformly
@@ -78,12 +80,19 @@ impl Samples {
         for b in first..total_blocks {
             let order = block_order(arms.len(), b, seed);
             let mut block = vec![None; arms.len()];
+            let so_far = if arms.len() > 1 {
+                self.ratios(1, 0)
+            } else {
+                vec![]
+            };
+            let ratio_so_far = (!so_far.is_empty()).then(|| stats::median(&so_far));
             for &i in &order {
                 on_step(Step {
                     block: b + 1,
                     blocks: total_blocks,
                     arm: &arms[i].label,
                     done,
+                    ratio_so_far,
                 });
                 block[i] = Some(run_trial(&arms[i].command, plan, settings)?);
                 done += 1;

@@ -10,6 +10,13 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 pub fn compare_table(r: &CompareReport) -> String {
     let unit = &r.meter.unit;
+    let w = r
+        .arms
+        .iter()
+        .map(|a| a.arm.len())
+        .max()
+        .unwrap_or(0)
+        .max(12);
     let mut out = format!(
         "meter: {} (cost per connection in {unit}); {} blocks; threshold {:.1}%\n\n",
         r.environment.meter_reason,
@@ -17,7 +24,7 @@ pub fn compare_table(r: &CompareReport) -> String {
         r.threshold * 100.0
     );
     out += &format!(
-        "{:<28} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8}\n",
+        "{:<w$} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8}\n",
         "arm",
         "gate",
         format!("{unit}/conn"),
@@ -32,7 +39,7 @@ pub fn compare_table(r: &CompareReport) -> String {
     );
     for a in &r.arms {
         out += &format!(
-            "{:<28} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7.0}% {:>7.0}%\n",
+            "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7.0}% {:>7.0}%\n",
             a.arm,
             if a.gate.passed { "pass" } else { "FAIL" },
             a.cost_per_connection.median,
@@ -47,7 +54,7 @@ pub fn compare_table(r: &CompareReport) -> String {
         );
         if !a.gate.passed || !a.gate.reasons.is_empty() {
             out += &format!(
-                "{:<28} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
+                "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
                 "",
                 a.gate.attempts,
                 a.gate.completed,
@@ -56,7 +63,7 @@ pub fn compare_table(r: &CompareReport) -> String {
                 a.gate.reasons
             );
             for d in a.gate.detail.iter().take(3) {
-                out += &format!("{:<28} {}\n", "", d.lines().next().unwrap_or(""));
+                out += &format!("{:<w$} {}\n", "", d.lines().next().unwrap_or(""));
             }
         }
     }
@@ -81,7 +88,7 @@ pub fn compare_table(r: &CompareReport) -> String {
             _ => "gate failed".into(),
         };
         out += &format!(
-            "  {:<26} ratio {} CI95 {}  cv {}  => {} ({change})\n",
+            "  {:<w$} ratio {} CI95 {}  cv {}  => {} ({change})\n",
             arm,
             opt(c.ratio_median, 3),
             ci,

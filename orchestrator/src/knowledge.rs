@@ -58,6 +58,23 @@ impl KnowledgeBase {
         self.regenerate()
     }
 
+    /// Records the journaled attempts of `run` that have no lesson yet: a
+    /// crash between the journal write and the lesson write loses nothing.
+    pub fn sync(&self, run: &str, lessons: impl Iterator<Item = Lesson>) -> Result<usize> {
+        let known: std::collections::HashSet<usize> = self
+            .all()
+            .iter()
+            .filter(|l| l.run == run)
+            .map(|l| l.attempt)
+            .collect();
+        let mut added = 0;
+        for l in lessons.filter(|l| !known.contains(&l.attempt)) {
+            self.record(&l)?;
+            added += 1;
+        }
+        Ok(added)
+    }
+
     pub fn all(&self) -> Vec<Lesson> {
         let Ok(dir) = std::fs::read_dir(self.lessons_dir()) else {
             return Vec::new();

@@ -163,7 +163,10 @@ fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
         &settings,
         &mut |s| {
             bar.set_position(s.done as u64);
-            bar.set_message(format!("block {}/{} {}", s.block, s.blocks, s.arm));
+            let ratio = s
+                .ratio_so_far
+                .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));
+            bar.set_message(format!("block {}/{} {}{ratio}", s.block, s.blocks, s.arm));
         },
     )?;
     bar.finish_and_clear();

@@ -6,12 +6,11 @@
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::launch::{free_port, RunningServer, ServerCommand};
-use crate::loadgen::{LoadGen, LoadSpec};
+use crate::loadgen::LoadGen;
 use crate::meter::MeterPlan;
 use crate::trial::TrialSettings;
 
@@ -94,13 +93,7 @@ pub fn record(
     let port = free_port()?;
     let mut running = RunningServer::start(server, port, plan)?;
     running.wait_listening(s.ready_timeout)?;
-    let load = LoadGen::start(LoadSpec {
-        target: SocketAddr::from(([127, 0, 0, 1], port)),
-        connections: s.connections,
-        timeout: s.connection_timeout,
-        cores: s.load_cores.clone(),
-        contract: s.contract.clone(),
-    })?;
+    let load = LoadGen::start(s.load_spec(port))?;
     std::thread::sleep(s.warmup.min(Duration::from_millis(500)));
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("perf.data");

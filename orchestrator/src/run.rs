@@ -19,7 +19,7 @@ use crate::build::BuildFailure;
 use crate::compare::{Comparison, Samples};
 use crate::config::Config;
 use crate::environment;
-use crate::gitops::RunRepo;
+use crate::gitops::{GitDirSnapshot, RunRepo};
 use crate::interrupt;
 use crate::journal::{AaCheck, AttemptRecord, ChampionRecord, Durations, Journal, RunRecord};
 use crate::keep::{self, Decision};
@@ -203,6 +203,13 @@ impl Loop<'_> {
         let settings = self.settings();
         let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
+        let champion = format!(
+            "champion {:.3} of start, {} of control",
+            self.champion.cumulative_ratio,
+            self.champion
+                .vs_control
+                .map_or("-".into(), |v| format!("{v:.3}"))
+        );
         samples.run_blocks(
             &arms,
             blocks,
@@ -210,7 +217,11 @@ impl Loop<'_> {
             &self.session.plan,
             &settings,
             &mut |s| {
-                bar.set_message(format!("{label}: block {}/{} {}", s.block, s.blocks, s.arm));
+                let ratio = s.ratio_so_far.map_or("-".into(), |r| format!("{r:.3}"));
+                bar.set_message(format!(
+                    "{label}: block {}/{} {} | candidate/champion so far {ratio} | {champion}",
+                    s.block, s.blocks, s.arm
+                ));
             },
         )
     }
@@ -304,20 +315,7 @@ impl Loop<'_> {
 
     fn record(&mut self, a: AttemptRecord) -> Result<()> {
         self.journal.append_attempt(&a)?;
-        let lesson = Lesson {
-            run: self.run.run_id.clone(),
-            attempt: a.number,
-            hypothesis: a.hypothesis.clone(),
-            category: a.category.clone(),
-            playbook_id: a.playbook_id.clone(),
-            verdict: a.verdict.clone(),
-            ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
-            ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
-            meter: format!("{} ({})", self.session.plan.event.name(), self.unit()),
-            champion: a.champion.clone(),
-            attempt_ref: a.attempt_ref.clone(),
-            detail: a.detail.clone(),
-        };
+        let lesson = lesson_of(&self.run.run_id, &a);
         if let Err(e) = self.kb.record(&lesson) {
             tracing::warn!("knowledge base not updated: {e:#}");
         }
@@ -426,8 +424,10 @@ impl Loop<'_> {
             worktree: self.git.path.clone(),
         };
         let t = Instant::now();
+        let git_before = GitDirSnapshot::take(&self.git)?;
         let proposed = self.agent.propose(&ctx);
         record.durations.propose_s = t.elapsed().as_secs_f64();
+        let git_tampering = git_before.restore(&self.git)?;
         interrupt::check()?;
         let proposed = match proposed {
             Ok(p) => p,
@@ -476,9 +476,14 @@ impl Loop<'_> {
 
         // scope
         let changed = self.git.changed_paths()?;
-        let outside = scope::violations(&self.config().run.allowed_paths, &changed);
+        let mut outside = scope::violations(&self.config().run.allowed_paths, &changed);
+        outside.extend(
+            git_tampering
+                .iter()
+                .map(|g| format!("the git directory: {g}")),
+        );
         let attempt_ref = format!("refs/ratchet/{}/attempts/{n}", self.run.run_id);
-        if changed.is_empty() {
+        if changed.is_empty() && outside.is_empty() {
             let r = finish(record, "no_op", Some("the proposal changed nothing".into()));
             self.record(r)?;
             return Ok(true);
@@ -746,6 +751,26 @@ fn bar() -> ProgressBar {
     bar
 }
 
+fn lesson_of(run: &str, a: &AttemptRecord) -> Lesson {
+    let meter = a
+        .meter
+        .map_or("-".to_string(), |m| format!("{} ({})", m.name(), m.unit()));
+    Lesson {
+        run: run.to_string(),
+        attempt: a.number,
+        hypothesis: a.hypothesis.clone(),
+        category: a.category.clone(),
+        playbook_id: a.playbook_id.clone(),
+        verdict: a.verdict.clone(),
+        ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
+        ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+        meter,
+        champion: a.champion.clone(),
+        attempt_ref: a.attempt_ref.clone(),
+        detail: a.detail.clone(),
+    }
+}
+
 /// Puts the run's git state back to its champion after a crash: the branch is
 /// rewound past any commit the journal does not know, and the worktree reset.
 fn reconcile(
@@ -811,6 +836,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
             let attempts = journal.attempts()?;
             let mut champion = journal.champion()?.context("champion.json is missing")?;
             reconcile(&git, &journal, &attempts, &mut champion)?;
+            kb.sync(id, attempts.iter().map(|a| lesson_of(id, a)))?;
             say(
                 &bar,
                 format!(

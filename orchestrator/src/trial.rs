@@ -32,6 +32,17 @@ pub struct TrialSettings {
 }
 
 impl TrialSettings {
+    /// The load the generator puts on a server listening on `port`.
+    pub fn load_spec(&self, port: u16) -> LoadSpec {
+        LoadSpec {
+            target: SocketAddr::from(([127, 0, 0, 1], port)),
+            connections: self.connections,
+            timeout: self.connection_timeout,
+            cores: self.load_cores.clone(),
+            contract: self.contract.clone(),
+        }
+    }
+
     pub fn from_config(config: &Config, load_cores: Vec<usize>) -> Self {
         Self {
             warmup: Duration::from_millis(config.trial.warmup_ms),
@@ -130,13 +141,7 @@ pub fn run_trial(
         running.stop(s.stop_grace);
         return Ok(failed_start(format!("{e:#}"), &s.gate));
     }
-    let load = LoadGen::start(LoadSpec {
-        target: SocketAddr::from(([127, 0, 0, 1], port)),
-        connections: s.connections,
-        timeout: s.connection_timeout,
-        cores: s.load_cores.clone(),
-        contract: s.contract.clone(),
-    })?;
+    let load = LoadGen::start(s.load_spec(port))?;
     let mut alive = watch(&mut running, s.warmup)?;
 
     load.set_measuring(true);

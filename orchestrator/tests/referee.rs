@@ -95,6 +95,16 @@ fn a_helper_thread_on_another_core_fails_the_gate() {
 }
 
 #[test]
+fn a_forked_child_serving_from_another_core_fails_the_gate() {
+    assert_fails_with("fork_off_core", "off_core");
+}
+
+#[test]
+fn an_sqpoll_thread_on_another_core_fails_the_gate() {
+    assert_fails_with("sqpoll_off_core", "off_core");
+}
+
+#[test]
 fn answering_without_reading_the_request_fails_the_gate() {
     assert_fails_with("no_read", "reset");
 }

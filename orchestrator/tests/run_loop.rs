@@ -308,6 +308,8 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
              2) ln -s /etc/passwd treatment/evil.c; echo 'HYPOTHESIS: link a file in';;\n\
              3) echo '# tampered' >> treatment/Makefile; echo 'HYPOTHESIS: change the build';;\n\
              4) mkdir -p treatment/sub && echo 'int x;' > treatment/sub/x.c; echo 'HYPOTHESIS: a nested file';;\n\
+             5) echo '/* mine */' >> treatment/server.c; git -c user.name=a -c user.email=a@a commit -qam sneaky; echo 'HYPOTHESIS: commit it myself';;\n\
+             6) printf '#!/bin/sh\\nexit 0\\n' > \"$(git rev-parse --git-common-dir)/hooks/post-checkout\"; echo 'HYPOTHESIS: plant a hook';;\n\
              *) echo 'HYPOTHESIS: do nothing';;\n\
              esac\n",
             c = counter.display(),
@@ -321,16 +323,17 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     );
     let repo = fixture_repo(&config, &[]);
     let root = repo.path();
+    let branch_before = git(root, &["rev-parse", "main"]);
     let out = ratchet_run(
         root,
-        &["--max-iterations", "5"],
+        &["--max-iterations", "7"],
         &[("RATCHET_TEST_SECRET", "hunter2")],
     );
     assert!(out.status.success(), "{}", show(&out));
     let (_, run_dir) = only_run(root);
     assert_eq!(
         verdicts(&run_dir),
-        ["scope", "scope", "scope", "scope", "no_op"],
+        ["scope", "scope", "scope", "scope", "scope", "scope", "no_op"],
         "{}",
         show(&out)
     );
@@ -345,6 +348,32 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
         .as_str()
         .unwrap()
         .contains("treatment/sub/x.c"));
+    assert!(
+        a[4]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the git directory: ref refs/heads/ratchet/"),
+        "{}",
+        a[4]
+    );
+    assert!(
+        a[5]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("hooks/post-checkout"),
+        "{}",
+        a[5]
+    );
+    let (id, _) = only_run(root);
+    assert_eq!(
+        git(root, &["rev-parse", &format!("ratchet/{id}")]),
+        branch_before,
+        "the agent's own commit was undone"
+    );
+    assert!(
+        !root.join(".git/hooks/post-checkout").exists(),
+        "the planted hook was removed"
+    );
     let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
     assert_clean(&worktree);
     assert!(!worktree.join("treatment/evil.c").exists());
@@ -527,4 +556,217 @@ fn a_second_run_on_the_same_core_is_refused() {
         "{}",
         show(&second)
     );
+}
+
+#[test]
+fn an_unreachable_endpoint_is_an_agent_error_and_the_loop_goes_on() {
+    let _g = exclusive();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let repo = fixture_repo(
+        &format!("\n[agents.anthropic]\nbase_url = \"{url}\"\napi_key_env = \"RATCHET_TEST_ANTHROPIC_KEY\"\nmax_retries = 2\nbackoff_ms = 50\n"),
+        &[],
+    );
+    let root = repo.path();
+    let out = ratchet_run(
+        root,
+        &["--agent", "anthropic", "--max-iterations", "2"],
+        &[("RATCHET_TEST_ANTHROPIC_KEY", "k")],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let (_, run_dir) = only_run(root);
+    assert_eq!(verdicts(&run_dir), ["agent_error", "agent_error"]);
+    assert!(attempts(&run_dir)[0]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("gave up after 2 retries"));
+}
+
+#[test]
+fn a_build_that_never_ends_is_killed_and_recorded() {
+    let _g = exclusive();
+    // 2^40 terms of macro expansion: the compiler would run for hours.
+    let mut bomb = String::from("#define E0 1\n");
+    for i in 1..=40 {
+        bomb += &format!("#define E{i} E{p}+E{p}\n", p = i - 1);
+    }
+    bomb += "int bomb(void);\nint bomb(void) { return E40; }\n\nstatic const char RESPONSE[] =\n";
+    let playbook = vec![entry(
+        "compile-forever",
+        "Make the compiler work forever",
+        "static const char RESPONSE[] =\n",
+        &bomb,
+    )];
+    let repo = fixture_repo("\n[build]\ntimeout_s = 3\n", &playbook);
+    let root = repo.path();
+    let started = Instant::now();
+    let out = ratchet_run(root, &[], &[]);
+    assert!(out.status.success(), "{}", show(&out));
+    let (_, run_dir) = only_run(root);
+    assert_eq!(verdicts(&run_dir), ["build_failed"]);
+    let a = &attempts(&run_dir)[0];
+    assert!(a["durations"]["build_s"].as_f64().unwrap() < 10.0, "{a}");
+    assert!(started.elapsed() < Duration::from_secs(120));
+    let left = Command::new("pgrep")
+        .args(["-f", &root.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "a compiler outlived its timeout: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
+
+#[test]
+fn a_full_disk_stops_the_run_with_a_clear_error_and_a_valid_journal() {
+    let _g = exclusive();
+    let disk = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(disk.path())
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "this test needs root to mount a small tmpfs"
+    );
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.path().to_path_buf());
+    let results = disk.path().join("results");
+    let repo = fixture_repo("", &planted_playbook());
+    let root = repo.path();
+    let toml = std::fs::read_to_string(root.join("harness.toml")).unwrap();
+    std::fs::write(
+        root.join("harness.toml"),
+        format!("[paths]\nresults = \"{}\"\n{toml}", results.display()),
+    )
+    .unwrap();
+    // Room for run.json and champion.json, none for an attempt line.
+    std::fs::write(
+        disk.path().join("filler"),
+        vec![b'x'; 256 * 1024 - 24 * 1024],
+    )
+    .unwrap();
+    let out = ratchet_run(root, &[], &[]);
+    assert!(!out.status.success(), "the run should stop: {}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    let run_dir = std::fs::read_dir(&results)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap())
+            .expect("run.json stays valid");
+    assert_eq!(
+        run["run_id"].as_str().unwrap(),
+        run_dir.file_name().unwrap().to_str().unwrap()
+    );
+    let journal = std::fs::read_to_string(run_dir.join("attempts.jsonl")).unwrap();
+    assert!(
+        journal.is_empty() || journal.ends_with('\n'),
+        "a torn attempt line was left"
+    );
+    for line in journal.lines() {
+        serde_json::from_str::<Value>(line).expect("every line is whole");
+    }
+    let worktree = root
+        .join(".ratchet/worktrees")
+        .join(run_dir.file_name().unwrap());
+    assert_clean(&worktree);
+}
+
+#[test]
+fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
+    let _g = exclusive();
+    let repo = fixture_repo("", &planted_playbook());
+    let root = repo.path();
+    let spawn = |args: &[&str]| {
+        Command::new(ratchet())
+            .arg("--config")
+            .arg(root.join("harness.toml"))
+            .arg("run")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut faults = 0;
+    let mut id: Option<String> = None;
+    // Delays that land in different stages: set-up, the A/A check, build,
+    // smoke, measurement, and the writes after a verdict.
+    for (k, delay_ms) in [700u64, 2300, 3100, 4700, 5300, 6900].iter().enumerate() {
+        let args: Vec<&str> = match &id {
+            Some(i) => vec!["--resume", i.as_str()],
+            None => vec![],
+        };
+        let mut child = spawn(&args);
+        std::thread::sleep(Duration::from_millis(*delay_ms));
+        if child.try_wait().unwrap().is_some() {
+            break; // it finished before the fault
+        }
+        let signal = if k % 2 == 0 {
+            libc::SIGKILL
+        } else {
+            libc::SIGINT
+        };
+        unsafe { libc::kill(child.id() as i32, signal) };
+        child.wait().unwrap();
+        faults += 1;
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            servers_running(root),
+            "",
+            "a server outlived ratchet after fault {k}"
+        );
+        let created = root.join("results").exists()
+            && std::fs::read_dir(root.join("results")).unwrap().count() > 0;
+        if id.is_none() && created {
+            id = Some(only_run(root).0);
+        }
+    }
+    let id = id.expect("the run was created");
+    let out = ratchet_run(root, &["--resume", &id], &[]);
+    assert!(out.status.success(), "{}", show(&out));
+    let (_, run_dir) = only_run(root);
+    let numbers: Vec<u64> = attempts(&run_dir)
+        .iter()
+        .map(|a| a["number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        numbers,
+        [1, 2, 3, 4, 5],
+        "attempts lost or repeated after {faults} faults"
+    );
+    assert_eq!(
+        verdicts(&run_dir),
+        ["keep", "discard", "build_failed", "no_op", "invalid"]
+    );
+    assert_eq!(
+        git(
+            root,
+            &["rev-list", "--count", &format!("main..ratchet/{id}")]
+        ),
+        "1"
+    );
+    let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
+    assert_clean(&worktree);
+    let lessons =
+        std::fs::read_to_string(root.join(format!("knowledge-base/lessons/{id}.jsonl"))).unwrap();
+    assert_eq!(
+        lessons.lines().count(),
+        5,
+        "one lesson per journaled attempt"
+    );
+    println!("reliability: {faults} faults injected, 5 attempts survived, 0 journal lines lost");
 }

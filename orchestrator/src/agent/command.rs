@@ -22,7 +22,8 @@ impl CommandAgent {
     }
 }
 
-const FORMAT: &str = "Edit the files in the current directory directly. Then print one line \
+const FORMAT: &str = "Edit the files in the current directory directly; do not run git \
+                      (any change to the git directory rejects the attempt). Then print one line \
                       `HYPOTHESIS: <one sentence>` (and optionally `CATEGORY: <word>`) on stdout.";
 
 /// Environment variables passed through to the CLI; everything else,
@@ -105,18 +106,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn context(worktree: &std::path::Path) -> ProposalContext {
-        ProposalContext {
-            files: BTreeMap::new(),
-            champion_commit: "c0".into(),
-            kept_ids: vec![],
-            history: vec![],
-            lessons: String::new(),
-            profile: None,
-            contract_request: String::new(),
-            contract_response: String::new(),
-            allowed_paths: vec!["treatment/*.c".into()],
-            worktree: worktree.to_path_buf(),
-        }
+        ProposalContext::for_tests(BTreeMap::new(), worktree)
     }
 
     fn agent(script: &str, timeout_s: u64) -> CommandAgent {

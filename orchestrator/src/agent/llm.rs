@@ -374,18 +374,8 @@ mod tests {
     const FILE: &str = "int main(void)\n{\n\treturn 0;\n}\n";
 
     fn context() -> ProposalContext {
-        ProposalContext {
-            files: BTreeMap::from([("treatment/server.c".to_string(), FILE.to_string())]),
-            champion_commit: "c0".into(),
-            kept_ids: vec![],
-            history: vec![],
-            lessons: "lessons".into(),
-            profile: None,
-            contract_request: "GET /".into(),
-            contract_response: "ok".into(),
-            allowed_paths: vec!["treatment/*.c".into()],
-            worktree: std::path::PathBuf::new(),
-        }
+        let files = BTreeMap::from([("treatment/server.c".to_string(), FILE.to_string())]);
+        ProposalContext::for_tests(files, std::path::Path::new(""))
     }
 
     const GOOD: &str = "HYPOTHESIS: return early\nCATEGORY: test\n<<<<<<< SEARCH treatment/server.c\n\treturn 0;\n=======\n\treturn 1;\n>>>>>>> REPLACE\n";

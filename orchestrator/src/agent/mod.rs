@@ -44,6 +44,25 @@ pub struct ProposalContext {
     pub worktree: PathBuf,
 }
 
+#[cfg(test)]
+impl ProposalContext {
+    /// A context with only the files and the worktree set, for agent tests.
+    pub fn for_tests(files: BTreeMap<String, String>, worktree: &std::path::Path) -> Self {
+        Self {
+            files,
+            champion_commit: "c0".into(),
+            kept_ids: vec![],
+            history: vec![],
+            lessons: String::new(),
+            profile: None,
+            contract_request: String::new(),
+            contract_response: String::new(),
+            allowed_paths: vec!["treatment/*.c".into()],
+            worktree: worktree.to_path_buf(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Usage {
     pub input_tokens: u64,

@@ -203,18 +203,7 @@ mod tests {
     fn proposes_in_order_and_skips_what_was_tried_or_needs_a_missing_win() {
         let entries = load(&root().join("knowledge-base/playbook")).unwrap();
         let mut agent = Playbook::new(entries);
-        let mut ctx = ProposalContext {
-            files: vanilla(),
-            champion_commit: "c0".into(),
-            kept_ids: vec![],
-            history: vec![],
-            lessons: String::new(),
-            profile: None,
-            contract_request: String::new(),
-            contract_response: String::new(),
-            allowed_paths: vec![],
-            worktree: PathBuf::new(),
-        };
+        let mut ctx = ProposalContext::for_tests(vanilla(), Path::new(""));
         let first = match agent.propose(&ctx).unwrap() {
             Proposed::Edits(p) => p,
             _ => panic!("expected a proposal"),

@@ -38,6 +38,7 @@ pub fn faulty_server() -> PathBuf {
             .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
             .arg(&out)
             .arg(src)
+            .arg("-luring")
             .status()
             .unwrap();
         assert!(status.success(), "fixture server failed to compile");
