@@ -77,11 +77,13 @@ impl Workspace {
     }
 
     pub fn control_command(&self) -> Result<(ServerCommand, build::Built)> {
-        let built = build::build_control(
-            &self.control_dir(),
-            &self.build_cache(),
-            self.build_timeout(),
-        )?;
+        self.control_command_at(&self.control_dir())
+    }
+
+    /// The control built from `src` (a run builds it from its base commit,
+    /// so no later edit of the working tree can move it).
+    pub fn control_command_at(&self, src: &Path) -> Result<(ServerCommand, build::Built)> {
+        let built = build::build_control(src, &self.build_cache(), self.build_timeout())?;
         Ok((
             ServerCommand {
                 program: built.binary.clone(),

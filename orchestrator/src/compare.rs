@@ -26,6 +26,37 @@ pub struct Samples {
     pub orders: Vec<Vec<usize>>,
 }
 
+/// A built binary no longer matches the hash it had when it was built: some
+/// process (a hostile candidate, an agent) wrote to it. Nothing measured
+/// with it can be trusted.
+#[derive(Debug)]
+pub struct Tampered(pub String);
+
+impl std::fmt::Display for Tampered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a built binary changed on disk since it was built: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Tampered {}
+
+/// Fails with [`Tampered`] if `arm`'s binary is not the one that was built.
+pub fn verify(arm: &Arm) -> Result<()> {
+    if let Some(expected) = &arm.binary_hash {
+        let actual = crate::build::hash_file(&arm.command.program).unwrap_or_default();
+        if &actual != expected {
+            return Err(
+                Tampered(format!("{} ({})", arm.label, arm.command.program.display())).into(),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Where a comparison is, for progress displays.
 pub struct Step<'a> {
     pub block: usize,
@@ -94,6 +125,7 @@ impl Samples {
                     done,
                     ratio_so_far,
                 });
+                verify(&arms[i])?;
                 block[i] = Some(run_trial(&arms[i].command, plan, settings)?);
                 done += 1;
             }

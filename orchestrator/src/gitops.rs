@@ -309,3 +309,71 @@ impl GitDirSnapshot {
         Ok(changed)
     }
 }
+
+/// The state of the user's own working tree before an agent ran, so that
+/// anything an agent writes there (through `../` paths, say) is detected and
+/// put back: files that were clean return to HEAD, files the user had
+/// changed return to the user's version.
+pub struct MainTreeSnapshot {
+    root: std::path::PathBuf,
+    dirty: std::collections::BTreeMap<String, Option<Vec<u8>>>,
+}
+
+fn dirty_paths(repo: &git2::Repository) -> Result<Vec<String>> {
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false);
+    Ok(repo
+        .statuses(Some(&mut opts))?
+        .iter()
+        .filter_map(|s| s.path().map(str::to_string))
+        .collect())
+}
+
+impl MainTreeSnapshot {
+    pub fn take(root: &Path) -> Result<Self> {
+        let repo = git2::Repository::open(root)?;
+        let dirty = dirty_paths(&repo)?
+            .into_iter()
+            .map(|p| {
+                let content = std::fs::read(root.join(&p)).ok();
+                (p, content)
+            })
+            .collect();
+        Ok(Self {
+            root: root.to_path_buf(),
+            dirty,
+        })
+    }
+
+    /// Names the paths that changed since the snapshot and restores them.
+    pub fn restore(&self) -> Result<Vec<String>> {
+        let repo = git2::Repository::open(&self.root)?;
+        let head = repo.head()?.peel_to_tree()?;
+        let now: std::collections::BTreeSet<String> = dirty_paths(&repo)?.into_iter().collect();
+        let mut changed = Vec::new();
+        let candidates: std::collections::BTreeSet<&String> =
+            now.iter().chain(self.dirty.keys()).collect();
+        for path in candidates {
+            let file = self.root.join(path);
+            let current = std::fs::read(&file).ok();
+            let wanted = match self.dirty.get(path) {
+                Some(saved) => saved.clone(),
+                None => match head.get_path(Path::new(path)) {
+                    Ok(entry) => Some(repo.find_blob(entry.id())?.content().to_vec()),
+                    Err(_) => None,
+                },
+            };
+            if current == wanted {
+                continue;
+            }
+            changed.push(path.clone());
+            match wanted {
+                Some(bytes) => std::fs::write(&file, bytes)?,
+                None => std::fs::remove_file(&file)?,
+            }
+        }
+        Ok(changed)
+    }
+}

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use crate::agent::{self, Agent, AgentFailure, AttemptSummary, ProposalContext, Proposed};
 use crate::arm::Arm;
 use crate::build::BuildFailure;
-use crate::compare::{Comparison, Samples};
+use crate::compare::{Comparison, Samples, Tampered};
 use crate::config::Config;
 use crate::environment;
-use crate::gitops::{GitDirSnapshot, RunRepo};
+use crate::gitops::{GitDirSnapshot, MainTreeSnapshot, RunRepo};
 use crate::interrupt;
 use crate::journal::{AaCheck, AttemptRecord, ChampionRecord, Durations, Journal, RunRecord};
 use crate::keep::{self, Decision};
@@ -103,11 +103,15 @@ struct Loop<'a> {
     kb: KnowledgeBase,
     agent: Box<dyn Agent>,
     control: Arm,
+    /// The control's source at the run's base commit.
+    control_src: tempfile::TempDir,
     champion: ChampionRecord,
     champion_arm: Arm,
     attempts: Vec<AttemptRecord>,
     profile_text: Option<String>,
     bar: ProgressBar,
+    /// Set when a built binary was found modified: rebuild before going on.
+    tampered: bool,
 }
 
 fn arm_of(label: &str, built: crate::build::Built) -> Arm {
@@ -142,6 +146,32 @@ impl Loop<'_> {
 
     fn treatment_in_worktree(&self) -> PathBuf {
         self.git.path.join(&self.config().paths.treatment)
+    }
+
+    /// Drops the cached builds of the champion and the control and builds
+    /// them again from their sources (the worktree is at the champion).
+    fn rebuild_after_tampering(&mut self) -> Result<()> {
+        for arm in [&self.champion_arm, &self.control] {
+            if let Some(dir) = arm.command.program.parent() {
+                std::fs::remove_dir_all(dir).ok();
+            }
+        }
+        self.champion_arm = self.build_champion()?;
+        let (command, built) = self
+            .session
+            .workspace
+            .control_command_at(self.control_src.path())?;
+        self.control = Arm {
+            label: "control".into(),
+            command,
+            source_hash: Some(built.source_hash),
+            binary_hash: Some(built.binary_hash),
+        };
+        say(
+            &self.bar,
+            "rebuilt the champion and the control after a binary was modified on disk",
+        );
+        Ok(())
     }
 
     fn build_champion(&self) -> Result<Arm> {
@@ -425,9 +455,20 @@ impl Loop<'_> {
         };
         let t = Instant::now();
         let git_before = GitDirSnapshot::take(&self.git)?;
+        let tree_before = MainTreeSnapshot::take(&self.session.workspace.root)?;
         let proposed = self.agent.propose(&ctx);
         record.durations.propose_s = t.elapsed().as_secs_f64();
-        let git_tampering = git_before.restore(&self.git)?;
+        let mut tampering: Vec<String> = git_before
+            .restore(&self.git)?
+            .into_iter()
+            .map(|g| format!("the git directory: {g}"))
+            .collect();
+        tampering.extend(
+            tree_before
+                .restore()?
+                .into_iter()
+                .map(|p| format!("outside the worktree: {p}")),
+        );
         interrupt::check()?;
         let proposed = match proposed {
             Ok(p) => p,
@@ -477,11 +518,7 @@ impl Loop<'_> {
         // scope
         let changed = self.git.changed_paths()?;
         let mut outside = scope::violations(&self.config().run.allowed_paths, &changed);
-        outside.extend(
-            git_tampering
-                .iter()
-                .map(|g| format!("the git directory: {g}")),
-        );
+        outside.extend(tampering);
         let attempt_ref = format!("refs/ratchet/{}/attempts/{n}", self.run.run_id);
         if changed.is_empty() && outside.is_empty() {
             let r = finish(record, "no_op", Some("the proposal changed nothing".into()));
@@ -542,6 +579,9 @@ impl Loop<'_> {
             }
             None => {
                 self.git.reset_hard(champion_oid)?;
+                if std::mem::take(&mut self.tampered) {
+                    self.rebuild_after_tampering()?;
+                }
                 let verdict = record.verdict.clone();
                 let r = finish(record, &verdict, None);
                 self.record(r)?;
@@ -605,7 +645,17 @@ impl Loop<'_> {
         let threshold = self.config().compare.threshold;
         let mut samples = Samples::new(3);
         let blocks = self.run.blocks;
-        self.measure(&candidate, blocks, &mut samples, &format!("#{n} measuring"))?;
+        if let Err(e) = self.measure(&candidate, blocks, &mut samples, &format!("#{n} measuring")) {
+            return match e.downcast_ref::<Tampered>() {
+                Some(t) => {
+                    record.verdict = "scope".into();
+                    record.detail = Some(t.to_string());
+                    self.tampered = true;
+                    Ok(None)
+                }
+                None => Err(e),
+            };
+        }
         let mut cmp = samples.compare(CANDIDATE, CHAMPION, threshold);
         let suspicious = self.config().run.suspicious_gain;
         let mut decision = keep::decide(&cmp, threshold, suspicious, false);
@@ -894,7 +944,15 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
         }
     };
     bar.set_message("building the control and the champion");
-    let (control_cmd, control_built) = session.workspace.control_command()?;
+    let control_src = tempfile::tempdir()?;
+    crate::gitops::export_subtree(
+        &root,
+        &run.base_commit,
+        &cfg.paths.control,
+        control_src.path(),
+    )
+    .context("exporting the control at the run's base commit")?;
+    let (control_cmd, control_built) = session.workspace.control_command_at(control_src.path())?;
     let control = Arm {
         label: "control".into(),
         command: control_cmd,
@@ -909,6 +967,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
         kb,
         agent,
         control,
+        control_src,
         champion_arm: Arm {
             label: String::new(),
             command: ServerCommand {
@@ -923,6 +982,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
         attempts,
         profile_text: None,
         bar,
+        tampered: false,
     };
     lp.champion_arm = lp.build_champion()?;
     let outcome = lp.drive(fresh);

@@ -310,6 +310,8 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
              4) mkdir -p treatment/sub && echo 'int x;' > treatment/sub/x.c; echo 'HYPOTHESIS: a nested file';;\n\
              5) echo '/* mine */' >> treatment/server.c; git -c user.name=a -c user.email=a@a commit -qam sneaky; echo 'HYPOTHESIS: commit it myself';;\n\
              6) printf '#!/bin/sh\\nexit 0\\n' > \"$(git rev-parse --git-common-dir)/hooks/post-checkout\"; echo 'HYPOTHESIS: plant a hook';;\n\
+             7) echo '// reached through ..' >> ../../../control/main.go; echo 'HYPOTHESIS: edit the user tree';;\n\
+             8) sed -i 's/#define BACKLOG 4096/#define BACKLOG 4095/' treatment/server.c; for f in ../../builds/treatment-*/server; do printf x >> \"$f\"; done; echo 'HYPOTHESIS: slow the champion down';;\n\
              *) echo 'HYPOTHESIS: do nothing';;\n\
              esac\n",
             c = counter.display(),
@@ -326,14 +328,14 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     let branch_before = git(root, &["rev-parse", "main"]);
     let out = ratchet_run(
         root,
-        &["--max-iterations", "7"],
+        &["--max-iterations", "9"],
         &[("RATCHET_TEST_SECRET", "hunter2")],
     );
     assert!(out.status.success(), "{}", show(&out));
     let (_, run_dir) = only_run(root);
     assert_eq!(
         verdicts(&run_dir),
-        ["scope", "scope", "scope", "scope", "scope", "scope", "no_op"],
+        ["scope", "scope", "scope", "scope", "scope", "scope", "scope", "scope", "no_op"],
         "{}",
         show(&out)
     );
@@ -373,6 +375,24 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     assert!(
         !root.join(".git/hooks/post-checkout").exists(),
         "the planted hook was removed"
+    );
+    assert!(
+        a[6]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("outside the worktree: control/main.go"),
+        "{}",
+        a[6]
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("control/main.go")).unwrap(),
+        std::fs::read_to_string(repo_root().join("control/main.go")).unwrap(),
+        "the user's tree was restored"
+    );
+    assert!(
+        a[7]["detail"].as_str().unwrap().contains("changed on disk"),
+        "{}",
+        a[7]
     );
     let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
     assert_clean(&worktree);
