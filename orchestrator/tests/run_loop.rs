@@ -486,22 +486,25 @@ fn servers_running(root: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// Starts `ratchet run` in the background, quietly, for fault injection.
+fn spawn_run(root: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(ratchet())
+        .arg("--config")
+        .arg(root.join("harness.toml"))
+        .arg("run")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_run_killed_or_interrupted_mid_iteration_resumes_without_losing_or_repeating_attempts() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
-    let spawn = |args: &[&str]| {
-        Command::new(ratchet())
-            .arg("--config")
-            .arg(root.join("harness.toml"))
-            .arg("run")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |args: &[&str]| spawn_run(root, args);
     // SIGKILL once the first attempt is journaled, i.e. in the middle of the second.
     let mut child = spawn(&[]);
     let results = root.join("results");
@@ -558,14 +561,7 @@ fn a_second_run_on_the_same_core_is_refused() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
-    let mut first = Command::new(ratchet())
-        .arg("--config")
-        .arg(root.join("harness.toml"))
-        .arg("run")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut first = spawn_run(root, &[]);
     std::thread::sleep(Duration::from_millis(1500));
     let second = ratchet_run(root, &[], &[]);
     unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
@@ -710,17 +706,7 @@ fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
-    let spawn = |args: &[&str]| {
-        Command::new(ratchet())
-            .arg("--config")
-            .arg(root.join("harness.toml"))
-            .arg("run")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |args: &[&str]| spawn_run(root, args);
     let mut faults = 0;
     let mut id: Option<String> = None;
     // Delays that land in different stages: set-up, the A/A check, build,
