@@ -256,6 +256,31 @@ impl Loop<'_> {
         )
     }
 
+    /// Measures like [`Self::measure`], but a binary found modified on disk
+    /// ends only this attempt (`scope`, rebuild pending), never the run.
+    /// Returns false in that case.
+    fn measure_candidate(
+        &mut self,
+        candidate: &Arm,
+        blocks: usize,
+        samples: &mut Samples,
+        label: &str,
+        record: &mut AttemptRecord,
+    ) -> Result<bool> {
+        match self.measure(candidate, blocks, samples, label) {
+            Ok(()) => Ok(true),
+            Err(e) => match e.downcast_ref::<Tampered>() {
+                Some(t) => {
+                    record.verdict = "scope".into();
+                    record.detail = Some(t.to_string());
+                    self.tampered = true;
+                    Ok(false)
+                }
+                None => Err(e),
+            },
+        }
+    }
+
     fn aa_check(&mut self) -> Result<Option<String>> {
         let blocks = self.config().compare.blocks;
         let threshold = self.config().compare.threshold;
@@ -645,23 +670,29 @@ impl Loop<'_> {
         let threshold = self.config().compare.threshold;
         let mut samples = Samples::new(3);
         let blocks = self.run.blocks;
-        if let Err(e) = self.measure(&candidate, blocks, &mut samples, &format!("#{n} measuring")) {
-            return match e.downcast_ref::<Tampered>() {
-                Some(t) => {
-                    record.verdict = "scope".into();
-                    record.detail = Some(t.to_string());
-                    self.tampered = true;
-                    Ok(None)
-                }
-                None => Err(e),
-            };
+        if !self.measure_candidate(
+            &candidate,
+            blocks,
+            &mut samples,
+            &format!("#{n} measuring"),
+            record,
+        )? {
+            return Ok(None);
         }
         let mut cmp = samples.compare(CANDIDATE, CHAMPION, threshold);
         let suspicious = self.config().run.suspicious_gain;
         let mut decision = keep::decide(&cmp, threshold, suspicious, false);
         if decision == Decision::Extend {
             record.extended = true;
-            self.measure(&candidate, blocks, &mut samples, &format!("#{n} extending"))?;
+            if !self.measure_candidate(
+                &candidate,
+                blocks,
+                &mut samples,
+                &format!("#{n} extending"),
+                record,
+            )? {
+                return Ok(None);
+            }
             cmp = samples.compare(CANDIDATE, CHAMPION, threshold);
             decision = keep::decide(&cmp, threshold, suspicious, true);
         }
