@@ -14,13 +14,25 @@ pub fn export_subtree(repo_root: &Path, rev: &str, subdir: &Path, dest: &Path) -
     let tree = object
         .peel_to_tree()
         .with_context(|| format!("revision {rev:?} has no tree"))?;
+    export_tree_subdir(&repo, tree.id(), subdir, dest)
+        .with_context(|| format!("exporting {} at revision {rev:?}", subdir.display()))
+}
+
+/// Writes the files of `subdir` in the tree `tree` into `dest`.
+pub fn export_tree_subdir(
+    repo: &git2::Repository,
+    tree: git2::Oid,
+    subdir: &Path,
+    dest: &Path,
+) -> Result<()> {
+    let tree = repo.find_tree(tree)?;
     let entry = tree
         .get_path(subdir)
-        .with_context(|| format!("revision {rev:?} has no {}", subdir.display()))?;
+        .with_context(|| format!("no {} in the tree", subdir.display()))?;
     let sub = repo
         .find_tree(entry.id())
         .with_context(|| format!("{} is not a directory", subdir.display()))?;
-    write_tree(&repo, &sub, dest)
+    write_tree(repo, &sub, dest)
 }
 
 fn write_tree(repo: &git2::Repository, tree: &git2::Tree, dest: &Path) -> Result<()> {
@@ -186,16 +198,22 @@ impl RunRepo {
         let a = self.repo.find_commit(from)?.tree()?;
         let b = self.repo.find_commit(to)?.tree()?;
         let diff = self.repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
-        let mut out = String::new();
-        diff.print(git2::DiffFormat::Patch, |_, _, line| {
-            if matches!(line.origin(), '+' | '-' | ' ') {
-                out.push(line.origin());
-            }
-            out.push_str(&String::from_utf8_lossy(line.content()));
-            true
-        })?;
-        Ok(out)
+        patch_text(&diff)
     }
+}
+
+/// A diff as a unified patch, the form the journal records and
+/// [`crate::lineage::apply`] reads back.
+pub fn patch_text(diff: &git2::Diff) -> Result<String> {
+    let mut out = String::new();
+    diff.print(git2::DiffFormat::Patch, |_, _, line| {
+        if matches!(line.origin(), '+' | '-' | ' ') {
+            out.push(line.origin());
+        }
+        out.push_str(&String::from_utf8_lossy(line.content()));
+        true
+    })?;
+    Ok(out)
 }
 
 /// What the git directory looked like before an agent ran: every ref, and

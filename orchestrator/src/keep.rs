@@ -4,7 +4,9 @@
 //! threshold line the evidence is extended once with more blocks; a
 //! suspiciously large gain is extended once too before it can be kept.
 
-use crate::compare::Comparison;
+use anyhow::Result;
+
+use crate::compare::{Comparison, Samples};
 use crate::verdict::Verdict;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +37,45 @@ pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bo
         return Decision::Extend;
     }
     Decision::Discard
+}
+
+/// What the keep rule concluded about a measured candidate.
+pub struct Judged {
+    pub comparison: Comparison,
+    pub decision: Decision,
+    pub extended: bool,
+}
+
+/// Measures with `more` (which adds blocks to `samples`, or returns false
+/// when the measurement had to be abandoned), applies the keep rule, and
+/// extends the evidence once when the rule asks for it. The decision is never
+/// `Extend`.
+pub fn judge_measured(
+    samples: &mut Samples,
+    candidate: usize,
+    champion: usize,
+    threshold: f64,
+    suspicious_gain: f64,
+    more: &mut dyn FnMut(&mut Samples, bool) -> Result<bool>,
+) -> Result<Option<Judged>> {
+    if !more(samples, false)? {
+        return Ok(None);
+    }
+    let mut comparison = samples.compare(candidate, champion, threshold);
+    let mut decision = decide(&comparison, threshold, suspicious_gain, false);
+    let extended = decision == Decision::Extend;
+    if extended {
+        if !more(samples, true)? {
+            return Ok(None);
+        }
+        comparison = samples.compare(candidate, champion, threshold);
+        decision = decide(&comparison, threshold, suspicious_gain, true);
+    }
+    Ok(Some(Judged {
+        comparison,
+        decision,
+        extended,
+    }))
 }
 
 #[cfg(test)]

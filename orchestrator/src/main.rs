@@ -12,26 +12,30 @@ mod environment;
 mod export;
 mod gate;
 mod gitops;
+mod history;
 mod interrupt;
 mod journal;
 mod keep;
 mod knowledge;
 mod launch;
+mod lineage;
 mod loadgen;
 mod lock;
 mod meter;
 mod procfs;
 mod profile;
+mod progress;
+mod report;
 mod run;
 mod scope;
 mod session;
 mod stats;
+mod svg;
 mod trial;
 mod verdict;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
 use crate::config::Config;
@@ -59,6 +63,31 @@ enum Command {
     Run(RunArgs),
     /// Check that this machine can referee, and say how to fix what cannot.
     Doctor,
+    /// A run's champion lineage from git: ratios, intervals, cumulative gains.
+    Log(LogArgs),
+    /// One self-contained HTML report of a run, with SVG charts.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// The run id; the latest run by default.
+    run: Option<String>,
+    /// Where to write the report (default: results/<run>/report.html).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct LogArgs {
+    /// The run id (a directory of results/); the latest run by default.
+    run: Option<String>,
+    /// Also list the attempts that were not kept, with their verdicts and refs.
+    #[arg(long)]
+    all: bool,
+    /// Print the JSON document on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -131,15 +160,6 @@ struct CompareArgs {
     json: bool,
 }
 
-fn progress_bar(total: usize) -> ProgressBar {
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .expect("valid progress template"),
-    );
-    bar
-}
-
 fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
     let config = args.measure.apply(Config::load(&cli.config)?)?;
     for a in &args.arms {
@@ -153,23 +173,16 @@ fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let settings = session.trial_settings();
     let blocks = session.config().compare.blocks;
-    let bar = progress_bar(blocks * arms.len());
     let mut samples = compare::Samples::new(arms.len());
-    samples.run_blocks(
+    progress::measure(
+        &session,
+        &settings,
         &arms,
         blocks,
         args.seed,
-        &session.plan,
-        &settings,
-        &mut |s| {
-            bar.set_position(s.done as u64);
-            let ratio = s
-                .ratio_so_far
-                .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));
-            bar.set_message(format!("block {}/{} {}{ratio}", s.block, s.blocks, s.arm));
-        },
+        &mut samples,
+        "",
     )?;
-    bar.finish_and_clear();
     let hash_of = |label: &str| {
         arms.iter()
             .find(|a| a.label == label)
@@ -224,6 +237,47 @@ fn doctor(cli: &Cli) -> Result<()> {
     Ok(())
 }
 
+/// The repository and the `results/` directory a configuration belongs to.
+fn results_of(cli: &Cli) -> Result<(git2::Repository, Config, PathBuf)> {
+    let config = Config::load(&cli.config)?;
+    let root = session::root_of(&cli.config)?;
+    let repo = git2::Repository::open(&root).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a git repository: {}",
+            root.display(),
+            e.message()
+        )
+    })?;
+    let results = root.join(&config.paths.results);
+    Ok((repo, config, results))
+}
+
+fn log(cli: &Cli, args: &LogArgs) -> Result<()> {
+    let (repo, _, results) = results_of(cli)?;
+    let run = lineage::RecordedRun::open(&results, args.run.as_deref())?;
+    let h = history::read(&repo, &run, args.all)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&h)?);
+    } else {
+        print!("{}", history::render(&h));
+    }
+    Ok(())
+}
+
+fn report(cli: &Cli, args: &ReportArgs) -> Result<()> {
+    let (repo, config, results) = results_of(cli)?;
+    let run = lineage::RecordedRun::open(&results, args.run.as_deref())?;
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| run.dir.join("report.html"));
+    let root = session::root_of(&cli.config)?;
+    let profiles = root.join(&config.paths.knowledge_base).join("profiles");
+    report::write(&repo, &run, &profiles, &out)?;
+    println!("{}", out.display());
+    Ok(())
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -238,6 +292,8 @@ fn main() {
         Command::Compare(args) => compare(&cli, args),
         Command::Run(args) => run_loop(&cli, args),
         Command::Doctor => doctor(&cli),
+        Command::Log(args) => log(&cli, args),
+        Command::Report(args) => report(&cli, args),
     };
     if let Err(e) = result {
         eprintln!("ratchet: error: {e:#}");

@@ -28,7 +28,7 @@ use crate::launch::ServerCommand;
 use crate::profile;
 use crate::scope;
 use crate::session::Session;
-use crate::trial::{run_trial, TrialSettings};
+use crate::trial::{self, TrialSettings};
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -651,51 +651,44 @@ impl Loop<'_> {
         let candidate = arm_of("candidate", built);
 
         self.bar.set_message(format!("#{n} smoke run"));
-        let mut smoke = self.settings();
-        smoke.window = Duration::from_millis(self.config().run.smoke_window_ms);
-        smoke.warmup = Duration::from_millis(200);
-        smoke.gate.min_completed = smoke.gate.min_completed.min(100);
-        let m = run_trial(&candidate.command, &self.session.plan, &smoke)?;
-        if !m.gate.passed {
+        let smoke_window = Duration::from_millis(self.config().run.smoke_window_ms);
+        let settings = self.settings();
+        if let Some(failure) = trial::smoke(
+            &candidate.command,
+            &self.session.plan,
+            &settings,
+            smoke_window,
+        )? {
             record.verdict = "invalid".into();
-            record.detail = Some(format!(
-                "smoke run failed the gate: {:?} {}",
-                m.gate.reasons,
-                m.gate.detail.join("; ")
-            ));
+            record.detail = Some(failure);
             return Ok(None);
         }
 
         let t = Instant::now();
         let threshold = self.config().compare.threshold;
+        let suspicious = self.config().run.suspicious_gain;
         let mut samples = Samples::new(3);
         let blocks = self.run.blocks;
-        if !self.measure_candidate(
-            &candidate,
-            blocks,
+        let judged = keep::judge_measured(
             &mut samples,
-            &format!("#{n} measuring"),
-            record,
-        )? {
+            CANDIDATE,
+            CHAMPION,
+            threshold,
+            suspicious,
+            &mut |samples, extending| {
+                record.extended |= extending;
+                let label = if extending {
+                    format!("#{n} extending")
+                } else {
+                    format!("#{n} measuring")
+                };
+                self.measure_candidate(&candidate, blocks, samples, &label, record)
+            },
+        )?;
+        let Some(judged) = judged else {
             return Ok(None);
-        }
-        let mut cmp = samples.compare(CANDIDATE, CHAMPION, threshold);
-        let suspicious = self.config().run.suspicious_gain;
-        let mut decision = keep::decide(&cmp, threshold, suspicious, false);
-        if decision == Decision::Extend {
-            record.extended = true;
-            if !self.measure_candidate(
-                &candidate,
-                blocks,
-                &mut samples,
-                &format!("#{n} extending"),
-                record,
-            )? {
-                return Ok(None);
-            }
-            cmp = samples.compare(CANDIDATE, CHAMPION, threshold);
-            decision = keep::decide(&cmp, threshold, suspicious, true);
-        }
+        };
+        let (cmp, decision) = (judged.comparison, judged.decision);
         record.durations.measure_s = t.elapsed().as_secs_f64();
         let vs_control = samples.compare(CANDIDATE, CONTROL, threshold);
         let champ_vs_control = samples.compare(CHAMPION, CONTROL, threshold);

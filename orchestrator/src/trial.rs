@@ -58,6 +58,28 @@ impl TrialSettings {
     }
 }
 
+/// A short gated trial before a candidate is measured: a server that fails
+/// it would fail the gate anyway, and costs no blocks. Returns why it failed.
+pub fn smoke(
+    server: &ServerCommand,
+    plan: &MeterPlan,
+    s: &TrialSettings,
+    window: Duration,
+) -> Result<Option<String>> {
+    let mut smoke = s.clone();
+    smoke.window = window;
+    smoke.warmup = Duration::from_millis(200);
+    smoke.gate.min_completed = smoke.gate.min_completed.min(100);
+    let m = run_trial(server, plan, &smoke)?;
+    Ok((!m.gate.passed).then(|| {
+        format!(
+            "smoke run failed the gate: {:?} {}",
+            m.gate.reasons,
+            m.gate.detail.join("; ")
+        )
+    }))
+}
+
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Latency {
     pub p50: f64,

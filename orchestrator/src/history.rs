@@ -1,0 +1,173 @@
+//! `ratchet log`: a run's champion lineage as a reviewer reads it, from git
+//! and the evidence in the commit trailers, and with `--all` every attempt
+//! that did not become champion, from its ref, with its verdict.
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::lineage::{Lineage, RecordedRun, Source, Step};
+
+/// One attempt of the run, whatever became of it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AttemptLine {
+    pub number: usize,
+    pub verdict: String,
+    pub hypothesis: String,
+    pub playbook_id: Option<String>,
+    pub attempt_ref: Option<String>,
+    /// The commit the ref points to, when this repository has the ref.
+    pub ref_commit: Option<String>,
+    pub ratio: Option<f64>,
+    pub ci95: Option<[f64; 2]>,
+    pub vs_control: Option<f64>,
+    pub detail: Option<String>,
+}
+
+/// The document `ratchet log --json` prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct History {
+    pub run_id: String,
+    pub status: String,
+    pub agent: String,
+    pub meter: String,
+    pub unit: String,
+    pub threshold: f64,
+    pub base_commit: String,
+    pub branch: String,
+    pub source: Source,
+    pub warnings: Vec<String>,
+    pub lineage: Vec<Step>,
+    pub attempts: Option<Vec<AttemptLine>>,
+}
+
+pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<History> {
+    let lineage = Lineage::read(repo, run)?;
+    let attempts = all.then(|| {
+        run.attempts
+            .iter()
+            .map(|a| AttemptLine {
+                number: a.number,
+                verdict: a.verdict.clone(),
+                hypothesis: a.hypothesis.clone(),
+                playbook_id: a.playbook_id.clone(),
+                attempt_ref: a.attempt_ref.clone(),
+                ref_commit: a
+                    .attempt_ref
+                    .as_deref()
+                    .and_then(|r| repo.refname_to_id(r).ok())
+                    .map(|o| o.to_string()),
+                ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
+                ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
+                detail: a
+                    .detail
+                    .as_deref()
+                    .or(a.build_log_tail.as_deref())
+                    .map(|d| d.lines().next().unwrap_or("").to_string()),
+            })
+            .collect()
+    });
+    Ok(History {
+        run_id: run.run.run_id.clone(),
+        status: run.run.status.clone(),
+        agent: run.run.agent.clone(),
+        meter: run.run.fingerprint.meter_event.clone(),
+        unit: run.unit().to_string(),
+        threshold: run.threshold(),
+        base_commit: run.run.base_commit.clone(),
+        branch: run.run.branch.clone(),
+        source: lineage.source,
+        warnings: lineage.warnings,
+        lineage: lineage.steps,
+        attempts,
+    })
+}
+
+pub fn fmt_ratio(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.3}"))
+}
+
+pub fn fmt_ci(v: Option<[f64; 2]>) -> String {
+    v.map_or("-".into(), |[l, h]| format!("[{l:.3}, {h:.3}]"))
+}
+
+fn short(oid: &str) -> String {
+    oid.chars().take(10).collect()
+}
+
+pub fn render(h: &History) -> String {
+    let mut out = format!(
+        "run {} ({}; {} agent; meter {} in {}; threshold {:.1}%)\n",
+        h.run_id,
+        h.status,
+        h.agent,
+        h.meter,
+        h.unit,
+        h.threshold * 100.0
+    );
+    out += &match h.source {
+        Source::Git => format!("lineage from branch {}\n", h.branch),
+        Source::Journal => format!(
+            "lineage from the journal (branch {} is not in this repository)\n",
+            h.branch
+        ),
+    };
+    for w in &h.warnings {
+        out += &format!("warning: {w}\n");
+    }
+    out += &format!(
+        "\n{:>7}  {:<10}  {:>6}  {:<16}  {:>8}  {:>10}  hypothesis\n",
+        "attempt", "commit", "ratio", "CI95", "to start", "to control"
+    );
+    for s in &h.lineage {
+        let commit = match &s.commit {
+            Some(c) => short(c),
+            None => format!("{}*", short(&s.recorded_commit)),
+        };
+        out += &format!(
+            "{:>7}  {:<10}  {:>6}  {:<16}  {:>8.3}  {:>10}  {}\n",
+            if s.attempt == 0 {
+                "start".to_string()
+            } else {
+                s.attempt.to_string()
+            },
+            commit,
+            fmt_ratio(s.ratio),
+            fmt_ci(s.ci95),
+            s.cumulative,
+            fmt_ratio(s.vs_control),
+            s.hypothesis
+        );
+    }
+    if h.lineage.iter().any(|s| s.commit.is_none()) {
+        out += "* commit not in this repository; `ratchet replay` rebuilds it from the journal's diff\n";
+    }
+    out += "ratio: cost / the previous champion's, side by side (< 1 is cheaper); to start: product of the ratios; \
+            to control: cost / the control's in the same attempt\n";
+    if let Some(attempts) = &h.attempts {
+        out += &format!(
+            "\nevery attempt:\n{:>7}  {:<13}  {:>6}  {:<16}  {:<10}  hypothesis / detail\n",
+            "attempt", "verdict", "ratio", "CI95", "ref"
+        );
+        for a in attempts {
+            let reference = match (&a.ref_commit, &a.attempt_ref) {
+                (Some(c), _) => short(c),
+                (None, Some(_)) => "(missing)".into(),
+                (None, None) => "-".into(),
+            };
+            out += &format!(
+                "{:>7}  {:<13}  {:>6}  {:<16}  {:<10}  {}\n",
+                a.number,
+                a.verdict,
+                fmt_ratio(a.ratio),
+                fmt_ci(a.ci95),
+                reference,
+                a.hypothesis
+            );
+            if let Some(d) = a.detail.as_deref().filter(|d| !d.is_empty()) {
+                out += &format!("{:>7}  {:<13}  {d}\n", "", "");
+            }
+        }
+    }
+    out
+}

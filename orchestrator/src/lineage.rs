@@ -1,0 +1,476 @@
+//! A recorded run read back for review: its journal, and its champions'
+//! lineage from git (the run branch and the evidence in its commit trailers).
+//!
+//! A run's branch and attempt refs live in the repository of the machine that
+//! ran it; a clone elsewhere has only `results/`. The journal holds the base
+//! commit and every attempt's diff, so each tree of the lineage can be rebuilt
+//! from it; a rebuilt file is checked against the blob id in the diff's
+//! `index` line, so a journal that does not match its history is caught
+//! rather than measured.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+use crate::journal::{AttemptRecord, RunRecord};
+
+/// A run as `results/<run-id>/` holds it.
+pub struct RecordedRun {
+    pub dir: PathBuf,
+    pub run: RunRecord,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+impl RecordedRun {
+    /// Opens `results/<id>`, or the latest run when `id` is None. Read only:
+    /// a torn last line (a run killed mid-append) is skipped, not cut off.
+    pub fn open(results: &Path, id: Option<&str>) -> Result<Self> {
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => latest_run(results)?,
+        };
+        let dir = results.join(&id);
+        let run_path = dir.join("run.json");
+        if !run_path.exists() {
+            bail!(
+                "no run {id:?} in {} (expected {})",
+                results.display(),
+                run_path.display()
+            );
+        }
+        let text = std::fs::read_to_string(&run_path)
+            .with_context(|| format!("reading {}", run_path.display()))?;
+        let run: RunRecord = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a run record", run_path.display()))?;
+        let attempts_path = dir.join("attempts.jsonl");
+        let mut text = std::fs::read_to_string(&attempts_path)
+            .with_context(|| format!("reading {}", attempts_path.display()))?;
+        if !text.is_empty() && !text.ends_with('\n') {
+            tracing::warn!("{}: ignoring a torn last line", attempts_path.display());
+            text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+        }
+        let attempts = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l)
+                    .with_context(|| format!("{} line {}", attempts_path.display(), i + 1))
+            })
+            .collect::<Result<Vec<AttemptRecord>>>()?;
+        Ok(Self { dir, run, attempts })
+    }
+
+    pub fn threshold(&self) -> f64 {
+        self.run.config.compare.threshold
+    }
+
+    pub fn unit(&self) -> &'static str {
+        self.attempts
+            .iter()
+            .find_map(|a| a.meter)
+            .map_or("?", |m| m.unit())
+    }
+
+    pub fn attempt(&self, n: usize) -> Option<&AttemptRecord> {
+        self.attempts.iter().find(|a| a.number == n)
+    }
+}
+
+/// The newest run in `results/` (run ids sort by their start time).
+pub fn latest_run(results: &Path) -> Result<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(results)
+        .with_context(|| format!("reading {}", results.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("run.json").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    ids.sort();
+    ids.pop()
+        .with_context(|| format!("no recorded run in {}", results.display()))
+}
+
+/// Where the lineage was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The run branch and its commit trailers.
+    Git,
+    /// The journal: the branch is not in this repository.
+    Journal,
+}
+
+/// One champion of the lineage; step 0 is the run's starting point.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Step {
+    pub attempt: usize,
+    pub hypothesis: String,
+    /// The commit that made it champion, when this repository has it.
+    pub commit: Option<String>,
+    /// The commit recorded for it (absent from this repository when `commit` is None).
+    pub recorded_commit: String,
+    pub playbook_id: Option<String>,
+    /// Cost ratio to the previous champion, and its 95% interval.
+    pub ratio: Option<f64>,
+    pub ci95: Option<[f64; 2]>,
+    /// Product of the ratios so far: cost relative to the run's start.
+    pub cumulative: f64,
+    /// Cost ratio to the control measured in the keeping attempt.
+    pub vs_control: Option<f64>,
+    pub cost_per_connection: Option<f64>,
+}
+
+pub struct Lineage {
+    pub source: Source,
+    pub steps: Vec<Step>,
+    /// Disagreements between the branch and the journal.
+    pub warnings: Vec<String>,
+}
+
+fn trailer<'a>(message: &'a str, key: &str) -> Option<&'a str> {
+    message
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+fn number(s: Option<&str>) -> Option<f64> {
+    s?.split_whitespace().next()?.parse().ok()
+}
+
+/// A step from a kept commit's message: the subject is the hypothesis, the
+/// trailers the evidence.
+pub fn step_from_commit(oid: &str, message: &str) -> Result<Step> {
+    let attempt = trailer(message, "Ratchet-Attempt")
+        .and_then(|a| a.parse().ok())
+        .with_context(|| format!("commit {oid} has no Ratchet-Attempt trailer"))?;
+    let ci95 = trailer(message, "Ratchet-CI95").and_then(|c| {
+        let v: Vec<f64> = c
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        (v.len() == 2).then(|| [v[0], v[1]])
+    });
+    Ok(Step {
+        attempt,
+        hypothesis: message.lines().next().unwrap_or("").to_string(),
+        commit: Some(oid.to_string()),
+        recorded_commit: oid.to_string(),
+        playbook_id: None,
+        ratio: number(trailer(message, "Ratchet-Ratio")),
+        ci95,
+        cumulative: 1.0,
+        vs_control: number(trailer(message, "Ratchet-Vs-Control")),
+        cost_per_connection: number(trailer(message, "Ratchet-Cost-Per-Connection")),
+    })
+}
+
+fn base_step(run: &RecordedRun, in_repo: bool) -> Step {
+    Step {
+        attempt: 0,
+        hypothesis: "the run's starting point".into(),
+        commit: in_repo.then(|| run.run.base_commit.clone()),
+        recorded_commit: run.run.base_commit.clone(),
+        playbook_id: None,
+        ratio: None,
+        ci95: None,
+        cumulative: 1.0,
+        vs_control: run
+            .attempts
+            .first()
+            .and_then(|a| a.champion_vs_control.as_ref())
+            .and_then(|c| c.ratio_median),
+        cost_per_connection: run.run.baseline_cost,
+    }
+}
+
+fn has_commit(repo: &git2::Repository, oid: &str) -> bool {
+    git2::Oid::from_str(oid)
+        .ok()
+        .and_then(|o| repo.find_commit(o).ok())
+        .is_some()
+}
+
+fn steps_from_journal(run: &RecordedRun, repo: &git2::Repository) -> Vec<Step> {
+    run.attempts
+        .iter()
+        .filter(|a| a.verdict == "keep")
+        .map(|a| {
+            let recorded = a.commit.clone().unwrap_or_default();
+            Step {
+                attempt: a.number,
+                hypothesis: a.hypothesis.clone(),
+                commit: has_commit(repo, &recorded).then(|| recorded.clone()),
+                recorded_commit: recorded,
+                playbook_id: a.playbook_id.clone(),
+                ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
+                ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                cumulative: 1.0,
+                vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
+                cost_per_connection: a.samples.as_ref().and_then(|s| {
+                    let c = s.arm_summary(1, "candidate").cost_per_connection.median;
+                    (c > 0.0).then_some(c)
+                }),
+            }
+        })
+        .collect()
+}
+
+/// The kept commits of the run branch, oldest first, back to the base.
+fn steps_from_branch(repo: &git2::Repository, run: &RecordedRun) -> Result<Option<Vec<Step>>> {
+    let Ok(branch) = repo.find_branch(&run.run.branch, git2::BranchType::Local) else {
+        return Ok(None);
+    };
+    let base = git2::Oid::from_str(&run.run.base_commit)?;
+    let mut commit = branch.get().peel_to_commit()?;
+    let mut steps = Vec::new();
+    while commit.id() != base {
+        steps.push(step_from_commit(
+            &commit.id().to_string(),
+            commit.message().unwrap_or(""),
+        )?);
+        commit = commit.parent(0).with_context(|| {
+            format!(
+                "branch {} does not descend from the run's base commit {}",
+                run.run.branch, run.run.base_commit
+            )
+        })?;
+    }
+    steps.reverse();
+    Ok(Some(steps))
+}
+
+impl Lineage {
+    pub fn read(repo: &git2::Repository, run: &RecordedRun) -> Result<Self> {
+        let journal = steps_from_journal(run, repo);
+        let mut warnings = Vec::new();
+        let base_in_repo = has_commit(repo, &run.run.base_commit);
+        if !base_in_repo {
+            warnings.push(format!(
+                "the base commit {} is not in this repository: nothing of this run can be rebuilt",
+                run.run.base_commit
+            ));
+        }
+        let (source, mut steps) = match steps_from_branch(repo, run)? {
+            Some(mut git) => {
+                for s in &mut git {
+                    match run.attempt(s.attempt) {
+                        Some(a) if a.verdict == "keep" => s.playbook_id = a.playbook_id.clone(),
+                        Some(a) => warnings.push(format!(
+                            "commit {} says attempt {} was kept; the journal says {}",
+                            s.recorded_commit, s.attempt, a.verdict
+                        )),
+                        None => warnings.push(format!(
+                            "commit {} names attempt {}, which the journal does not have",
+                            s.recorded_commit, s.attempt
+                        )),
+                    }
+                }
+                let g: Vec<usize> = git.iter().map(|s| s.attempt).collect();
+                let j: Vec<usize> = journal.iter().map(|s| s.attempt).collect();
+                if g != j {
+                    warnings.push(format!(
+                        "the branch keeps attempts {g:?}, the journal {j:?}"
+                    ));
+                }
+                (Source::Git, git)
+            }
+            None => (Source::Journal, journal),
+        };
+        let mut cumulative = 1.0;
+        for s in &mut steps {
+            cumulative *= s.ratio.unwrap_or(1.0);
+            s.cumulative = cumulative;
+        }
+        steps.insert(0, base_step(run, base_in_repo));
+        Ok(Self {
+            source,
+            steps,
+            warnings,
+        })
+    }
+
+    pub fn champion(&self) -> &Step {
+        self.steps.last().expect("a lineage has its base")
+    }
+}
+
+/// The treatment trees of a run's history, each from git when this
+/// repository has the commit, else rebuilt from the journal's diffs.
+pub struct Trees<'r> {
+    pub repo: &'r git2::Repository,
+}
+
+/// Applies a unified diff (as the journal records it) to `tree`.
+pub fn apply(repo: &git2::Repository, tree: git2::Oid, diff: &str) -> Result<git2::Oid> {
+    let patch = git2::Diff::from_buffer(diff.as_bytes()).context("the diff does not parse")?;
+    let tree = repo.find_tree(tree)?;
+    let mut index = repo
+        .apply_to_tree(&tree, &patch, None)
+        .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+    let out = index.write_tree_to(repo)?;
+    Ok(out)
+}
+
+/// The post-image blob id of every file a diff changes, from its `index
+/// <old>..<new>` and `+++ b/<path>` lines.
+fn post_images(diff: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut id = None;
+    for line in diff.lines() {
+        if line.starts_with("diff --git ") {
+            id = None;
+        } else if let Some(ids) = line.strip_prefix("index ") {
+            id = ids
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.split_once(".."))
+                .map(|(_, new)| new.to_string());
+        } else if let Some(path) = line.strip_prefix("+++ b/") {
+            if let Some(new) = id.take() {
+                out.push((path.to_string(), new));
+            }
+        }
+    }
+    out
+}
+
+/// Checks the files a rebuilt tree holds against the blob ids the diff
+/// recorded: the rebuilt sources are byte for byte the measured ones.
+fn verify_post_image(repo: &git2::Repository, tree: git2::Oid, diff: &str) -> Result<()> {
+    let tree = repo.find_tree(tree)?;
+    for (path, expected) in post_images(diff) {
+        let actual = tree
+            .get_path(Path::new(&path))
+            .map(|e| e.id().to_string())
+            .unwrap_or_default();
+        if !actual.starts_with(&expected) {
+            bail!("{path} rebuilt as blob {actual}, the journal recorded {expected}");
+        }
+    }
+    Ok(())
+}
+
+impl<'r> Trees<'r> {
+    pub fn new(repo: &'r git2::Repository) -> Self {
+        Self { repo }
+    }
+
+    pub fn of_commit(&self, oid: &str) -> Option<git2::Oid> {
+        let oid = git2::Oid::from_str(oid).ok()?;
+        self.repo.find_commit(oid).ok()?.tree().ok().map(|t| t.id())
+    }
+
+    /// The tree each step of the lineage stands for, oldest first.
+    pub fn of_lineage(&self, run: &RecordedRun, lineage: &Lineage) -> Result<Vec<git2::Oid>> {
+        let base = self.of_commit(&run.run.base_commit).with_context(|| {
+            format!(
+                "the run's base commit {} is not in this repository",
+                run.run.base_commit
+            )
+        })?;
+        let mut trees = vec![base];
+        for step in &lineage.steps[1..] {
+            let previous = *trees.last().expect("base first");
+            let tree = match step.commit.as_deref().and_then(|c| self.of_commit(c)) {
+                Some(t) => t,
+                None => {
+                    let attempt = run.attempt(step.attempt).with_context(|| {
+                        format!("attempt {} is not in the journal", step.attempt)
+                    })?;
+                    self.rebuild(previous, attempt)?
+                }
+            };
+            trees.push(tree);
+        }
+        Ok(trees)
+    }
+
+    /// An attempt's tree: its ref when this repository has it, else its diff
+    /// applied to `champion` (the tree of the champion it was made against).
+    pub fn of_attempt(
+        &self,
+        run: &RecordedRun,
+        attempt: &AttemptRecord,
+        champion: git2::Oid,
+    ) -> Result<git2::Oid> {
+        let from_ref = attempt
+            .attempt_ref
+            .as_deref()
+            .and_then(|r| self.repo.refname_to_id(r).ok())
+            .and_then(|o| self.of_commit(&o.to_string()));
+        match from_ref {
+            Some(t) => Ok(t),
+            None => self.rebuild(champion, attempt).with_context(|| {
+                format!(
+                    "rebuilding attempt {} of run {} from its diff",
+                    attempt.number, run.run.run_id
+                )
+            }),
+        }
+    }
+
+    fn rebuild(&self, champion: git2::Oid, attempt: &AttemptRecord) -> Result<git2::Oid> {
+        if attempt.diff.trim().is_empty() {
+            bail!("attempt {} recorded no diff", attempt.number);
+        }
+        let tree = apply(self.repo, champion, &attempt.diff)
+            .with_context(|| format!("applying the diff of attempt {}", attempt.number))?;
+        verify_post_image(self.repo, tree, &attempt.diff)
+            .with_context(|| format!("attempt {} does not rebuild as recorded", attempt.number))?;
+        Ok(tree)
+    }
+
+    /// The diff that undoes the change from `before` to `after`.
+    pub fn reverse_diff(&self, before: git2::Oid, after: git2::Oid) -> Result<String> {
+        let a = self.repo.find_tree(after)?;
+        let b = self.repo.find_tree(before)?;
+        let diff = self.repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
+        crate::gitops::patch_text(&diff)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailers_become_a_step() {
+        let msg = "Use multishot accept\n\nAgent: playbook\n\nRatchet-Run: r1\nRatchet-Attempt: 6\n\
+                   Ratchet-Meter: task-clock (ns)\nRatchet-Cost-Per-Connection: 12916.7 ns\n\
+                   Ratchet-Ratio: 0.8780\nRatchet-CI95: 0.8570 0.9780\nRatchet-Vs-Control: 0.4771\n";
+        let s = step_from_commit("abc", msg).unwrap();
+        assert_eq!(s.attempt, 6);
+        assert_eq!(s.hypothesis, "Use multishot accept");
+        assert_eq!(s.ratio, Some(0.878));
+        assert_eq!(s.ci95, Some([0.857, 0.978]));
+        assert_eq!(s.vs_control, Some(0.4771));
+        assert_eq!(s.cost_per_connection, Some(12916.7));
+    }
+
+    #[test]
+    fn a_commit_without_trailers_is_an_error_naming_it() {
+        let e = step_from_commit("abc123", "hand-made commit\n").unwrap_err();
+        assert!(e.to_string().contains("abc123"), "{e}");
+    }
+
+    #[test]
+    fn post_images_name_each_file_with_its_new_blob() {
+        let d = "diff --git a/t/s.c b/t/s.c\nindex 1913980..85ab89e 100644\n--- a/t/s.c\n+++ b/t/s.c\n@@ -1 +1 @@\n-a\n+b\n\
+                 diff --git a/t/n.h b/t/n.h\nnew file mode 100644\nindex 0000000..e69de29\n--- /dev/null\n+++ b/t/n.h\n";
+        assert_eq!(
+            post_images(d),
+            [
+                ("t/s.c".to_string(), "85ab89e".to_string()),
+                ("t/n.h".to_string(), "e69de29".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_vs_control_is_none() {
+        let s = step_from_commit("a", "x\n\nRatchet-Attempt: 1\nRatchet-Vs-Control: -\n").unwrap();
+        assert_eq!(s.vs_control, None);
+    }
+}

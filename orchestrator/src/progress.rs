@@ -1,0 +1,45 @@
+//! Measuring with a progress bar: the commands that run blocks of trials
+//! (compare, replay, ablate, sweep) show where they are the same way.
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::arm::Arm;
+use crate::compare::Samples;
+use crate::session::Session;
+use crate::trial::TrialSettings;
+
+fn bar(total: usize) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("valid progress template"),
+    );
+    bar
+}
+
+/// Runs `blocks` more blocks of `arms` into `samples`, showing progress
+/// under `label`.
+pub fn measure(
+    session: &Session,
+    settings: &TrialSettings,
+    arms: &[Arm],
+    blocks: usize,
+    seed: u64,
+    samples: &mut Samples,
+    label: &str,
+) -> Result<()> {
+    let bar = bar(blocks * arms.len());
+    let result = samples.run_blocks(arms, blocks, seed, &session.plan, settings, &mut |s| {
+        bar.set_position(s.done as u64);
+        let ratio = s
+            .ratio_so_far
+            .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));
+        bar.set_message(format!(
+            "{label}block {}/{} {}{ratio}",
+            s.block, s.blocks, s.arm
+        ));
+    });
+    bar.finish_and_clear();
+    result
+}

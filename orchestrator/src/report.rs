@@ -1,0 +1,527 @@
+//! `ratchet report`: one self-contained HTML file per run (inline SVG, no
+//! script, nothing fetched), for a reviewer who was not there: what was tried,
+//! what each attempt cost, how sure each verdict was, where the champion
+//! stands against the control, and where its CPU time goes.
+
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+use crate::history::{fmt_ci, fmt_ratio};
+use crate::lineage::{Lineage, RecordedRun, Source};
+use crate::profile::Profile;
+use crate::svg::{escape, range, Chart, Marker};
+
+pub const KEPT: &str = "#1b9e77";
+pub const DISCARDED: &str = "#7f7f7f";
+pub const FAILED: &str = "#d95f02";
+/// Each chart's own ink, so a rendering check can tell that each was drawn.
+pub const STAIRCASE: &str = "#2166ac";
+pub const INTERVAL: &str = "#5e3c99";
+pub const CONTROL: &str = "#e7298a";
+pub const PROFILE_BASE: &str = "#e6ab02";
+pub const PROFILE_CHAMPION: &str = "#66a61e";
+
+/// The sections, in order; each holds exactly one chart.
+pub const SECTIONS: [&str; 4] = ["cost", "ratios", "control", "profile"];
+
+fn style(verdict: &str) -> (&'static str, Marker) {
+    match verdict {
+        "keep" => (KEPT, Marker::Dot),
+        "discard" => (DISCARDED, Marker::Ring),
+        "invalid" => (FAILED, Marker::Cross),
+        _ => (FAILED, Marker::Square),
+    }
+}
+
+fn x_ticks(n: usize) -> Vec<(f64, String)> {
+    let step = (n / 15).max(1);
+    (0..=n)
+        .filter(|i| i % step == 0)
+        .map(|i| {
+            let label = if i == 0 {
+                "start".into()
+            } else {
+                i.to_string()
+            };
+            (i as f64, label)
+        })
+        .collect()
+}
+
+fn cost_chart(run: &RecordedRun, lineage: &Lineage) -> String {
+    let unit = run.unit();
+    let n = run.attempts.len();
+    let costs: Vec<(usize, Option<f64>, Option<f64>)> = run
+        .attempts
+        .iter()
+        .map(|a| {
+            let of = |arm: usize| {
+                a.samples
+                    .as_ref()
+                    .map(|s| s.arm_summary(arm, "").cost_per_connection.median)
+                    .filter(|c| *c > 0.0)
+            };
+            (a.number, of(1), of(0))
+        })
+        .collect();
+    // Every attempt re-measures the champion; divided by the champion's
+    // cumulative ratio, each gives the start's cost on that attempt's
+    // machine. Their median anchors the staircase against drift.
+    let cumulative_at = |n: usize| {
+        lineage
+            .steps
+            .iter()
+            .take_while(|s| s.attempt < n)
+            .last()
+            .map_or(1.0, |s| s.cumulative)
+    };
+    let implied: Vec<f64> = costs
+        .iter()
+        .filter_map(|(n, _, champion)| Some((*champion)? / cumulative_at(*n)))
+        .collect();
+    let start = if implied.is_empty() {
+        run.run.baseline_cost.unwrap_or(0.0)
+    } else {
+        crate::stats::median(&implied)
+    };
+    let mut stairs = vec![(0.0, start)];
+    for s in &lineage.steps[1..] {
+        stairs.push((s.attempt as f64, start * s.cumulative));
+    }
+    stairs.push((
+        n as f64,
+        start * lineage.steps.last().map_or(1.0, |s| s.cumulative),
+    ));
+    let all = costs
+        .iter()
+        .flat_map(|c| [c.1, c.2])
+        .flatten()
+        .chain(stairs.iter().map(|s| s.1));
+    let (lo, hi) = range(all, (0.0, 1.0));
+    let mut c = Chart::new(
+        "cost",
+        &format!("Cost per connection of every attempt ({unit})"),
+        (-0.5, n as f64 + 0.5),
+        (lo * 0.9, hi),
+    )
+    .labels(
+        "attempt",
+        &format!("{unit} per connection (median of blocks)"),
+    )
+    .x_ticks(x_ticks(n));
+    c.line(&stairs, STAIRCASE, 2.5, true);
+    for (number, candidate, champion) in &costs {
+        let a = run.attempt(*number).expect("listed attempt");
+        if let Some(ch) = champion {
+            c.marker(
+                *number as f64,
+                *ch,
+                STAIRCASE,
+                Marker::Ring,
+                &format!("#{number}: champion measured at {ch:.0} {unit}"),
+            );
+        }
+        let (color, marker) = style(&a.verdict);
+        let y = candidate.unwrap_or(lo * 0.9);
+        let tip = match candidate {
+            Some(v) => format!("#{number} {}: {v:.0} {unit} — {}", a.verdict, a.hypothesis),
+            None => format!("#{number} {} (not measured) — {}", a.verdict, a.hypothesis),
+        };
+        c.marker(*number as f64, y, color, marker, &tip);
+    }
+    c.legend(
+        STAIRCASE,
+        "champion: kept ratios applied to the start cost (rings: champion as measured)",
+    );
+    c.legend(KEPT, "kept");
+    c.legend(DISCARDED, "discarded");
+    c.legend(FAILED, "invalid / not measured (at the floor)");
+    c.render()
+}
+
+fn ratio_chart(run: &RecordedRun) -> String {
+    let n = run.attempts.len();
+    let threshold = run.threshold();
+    let points: Vec<(usize, f64, [f64; 2], &str)> = run
+        .attempts
+        .iter()
+        .filter_map(|a| {
+            let c = a.vs_champion.as_ref()?;
+            Some((a.number, c.ratio_median?, c.ratio_ci95?, a.verdict.as_str()))
+        })
+        .collect();
+    let values = points
+        .iter()
+        .flat_map(|p| [p.1, p.2[0], p.2[1]])
+        .chain([1.0, 1.0 - threshold]);
+    let (lo, hi) = range(values, (0.8, 1.2));
+    let mut c = Chart::new(
+        "ratios",
+        "Cost ratio to the champion, with its 95% interval",
+        (-0.5, n as f64 + 0.5),
+        (lo, hi),
+    )
+    .labels("attempt", "candidate / champion (< 1 is cheaper)")
+    .x_ticks(x_ticks(n));
+    c.reference(1.0, "#444", "1 = no change", false);
+    c.reference(
+        1.0 - threshold,
+        "#b2182b",
+        &format!("keep line {:.3}", 1.0 - threshold),
+        true,
+    );
+    for (number, median, [l, h], verdict) in points {
+        c.interval(number as f64, l, h, INTERVAL);
+        let (color, marker) = style(verdict);
+        c.marker(
+            number as f64,
+            median,
+            color,
+            marker,
+            &format!("#{number} {verdict}: {median:.3} [{l:.3}, {h:.3}]"),
+        );
+    }
+    c.legend(
+        INTERVAL,
+        "95% interval (bootstrap of the median block ratio)",
+    );
+    c.legend(KEPT, "kept");
+    c.legend(DISCARDED, "discarded");
+    c.render()
+}
+
+fn control_chart(run: &RecordedRun) -> String {
+    let n = run.attempts.len();
+    let points: Vec<(usize, f64, Option<[f64; 2]>)> = run
+        .attempts
+        .iter()
+        .filter_map(|a| {
+            let c = a.champion_vs_control.as_ref()?;
+            Some((a.number, c.ratio_median?, c.ratio_ci95))
+        })
+        .collect();
+    let values = points
+        .iter()
+        .flat_map(|p| [Some(p.1), p.2.map(|c| c[0]), p.2.map(|c| c[1])])
+        .flatten()
+        .chain([1.0]);
+    let (lo, hi) = range(values, (0.0, 1.2));
+    let mut c = Chart::new(
+        "control",
+        "The champion against the frozen control, in every attempt",
+        (-0.5, n as f64 + 0.5),
+        (lo.min(0.0), hi),
+    )
+    .labels("attempt", "champion cost / control cost")
+    .x_ticks(x_ticks(n));
+    c.reference(1.0, "#444", "the Go control", false);
+    for (number, median, ci) in &points {
+        if let Some([l, h]) = ci {
+            c.interval(*number as f64, *l, *h, CONTROL);
+        }
+        c.marker(
+            *number as f64,
+            *median,
+            CONTROL,
+            Marker::Dot,
+            &format!("champion in attempt #{number}: {median:.3} of the control"),
+        );
+    }
+    let line: Vec<(f64, f64)> = points.iter().map(|p| (p.0 as f64, p.1)).collect();
+    c.line(&line, CONTROL, 2.0, false);
+    if let Some(first) = points.first() {
+        c.text(first.0 as f64, first.1, "baseline");
+    }
+    if let Some(last) = points.last().filter(|_| points.len() > 1) {
+        c.text(last.0 as f64, last.1, "champion");
+    }
+    c.legend(CONTROL, "champion / control, median and 95% interval");
+    c.render()
+}
+
+pub fn load_profile(dir: &Path, run_id: &str, attempt: usize) -> Option<Profile> {
+    let text = std::fs::read_to_string(dir.join(format!("{run_id}-{attempt}.json"))).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn profile_chart(base: Option<&Profile>, champion: Option<&Profile>, champion_at: usize) -> String {
+    let groups = ["kernel", "treatment", "liburing", "libc", "other"];
+    let shares = |p: &Profile| -> BTreeMap<&str, f64> {
+        let mut m: BTreeMap<&str, f64> = groups
+            .iter()
+            .map(|g| (*g, p.dso_shares.get(*g).copied().unwrap_or(0.0)))
+            .collect();
+        let listed: f64 = p.dso_shares.values().sum();
+        *m.entry("other").or_default() += (1.0 - listed).max(0.0);
+        m
+    };
+    let mut c = Chart::new(
+        "profile",
+        "Where the server's CPU time goes (perf cpu-clock samples, share by DSO)",
+        (-0.5, groups.len() as f64 - 0.5),
+        (0.0, 1.0),
+    )
+    .labels(
+        "DSO group (other: below perf's 0.3% cut, or unattributed)",
+        "share of samples",
+    )
+    .x_ticks(
+        groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (i as f64, g.to_string()))
+            .collect(),
+    );
+    for (p, color, offset, who) in [
+        (base, PROFILE_BASE, -0.18, "baseline".to_string()),
+        (
+            champion,
+            PROFILE_CHAMPION,
+            0.18,
+            format!("champion (attempt {champion_at})"),
+        ),
+    ] {
+        match p {
+            Some(p) => {
+                for (i, g) in groups.iter().enumerate() {
+                    let v = shares(p)[g];
+                    c.bar(
+                        i as f64 + offset,
+                        0.34,
+                        v,
+                        color,
+                        &format!("{who}: {g} {:.1}%", v * 100.0),
+                    );
+                }
+                c.legend(color, &who);
+            }
+            None => c.legend(color, &format!("{who}: no profile recorded")),
+        }
+    }
+    c.render()
+}
+
+fn attempts_table(run: &RecordedRun) -> String {
+    let mut s = String::from(
+        "<table><thead><tr><th>#</th><th>verdict</th><th>ratio</th><th>CI95</th><th>vs control</th>\
+         <th>hypothesis and evidence</th></tr></thead><tbody>",
+    );
+    for a in &run.attempts {
+        let (color, _) = style(&a.verdict);
+        let c = a.vs_champion.as_ref();
+        let detail = a
+            .detail
+            .as_deref()
+            .or(a.build_log_tail.as_deref())
+            .unwrap_or("");
+        let _ = write!(
+            s,
+            "<tr id=\"attempt-{n}\"><td>{n}</td><td><span class=\"verdict\" style=\"background:{color}\">{v}</span></td>\
+             <td>{r}</td><td>{ci}</td><td>{vc}</td><td><div>{h}</div>",
+            n = a.number,
+            v = escape(&a.verdict),
+            r = fmt_ratio(c.and_then(|c| c.ratio_median)),
+            ci = fmt_ci(c.and_then(|c| c.ratio_ci95)),
+            vc = fmt_ratio(a.vs_control.as_ref().and_then(|c| c.ratio_median)),
+            h = escape(&a.hypothesis),
+        );
+        if !detail.is_empty() {
+            let _ = write!(s, "<div class=\"detail\">{}</div>", escape(detail));
+        }
+        let reference = a.attempt_ref.as_deref().unwrap_or("");
+        if !a.diff.is_empty() {
+            let lines = a.diff.lines().count();
+            let _ = write!(
+                s,
+                "<details><summary>diff ({lines} lines) {}</summary><pre>{}</pre></details>",
+                escape(reference),
+                escape(&a.diff)
+            );
+        }
+        s += "</td></tr>";
+    }
+    s + "</tbody></table>"
+}
+
+fn lineage_table(lineage: &Lineage) -> String {
+    let mut s = String::from(
+        "<table><thead><tr><th>attempt</th><th>commit</th><th>ratio</th><th>CI95</th>\
+         <th>to start</th><th>to control</th><th>hypothesis</th></tr></thead><tbody>",
+    );
+    for st in &lineage.steps {
+        let commit = st.commit.as_deref().unwrap_or(&st.recorded_commit);
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td><code>{}</code>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
+            if st.attempt == 0 { "start".into() } else { st.attempt.to_string() },
+            escape(&commit.chars().take(10).collect::<String>()),
+            if st.commit.is_none() { " (not in this repository)" } else { "" },
+            fmt_ratio(st.ratio),
+            fmt_ci(st.ci95),
+            st.cumulative,
+            fmt_ratio(st.vs_control),
+            escape(&st.hypothesis)
+        );
+    }
+    s + "</tbody></table>"
+}
+
+fn facts(run: &RecordedRun) -> String {
+    let r = &run.run;
+    let f = &r.fingerprint;
+    let aa = r.aa.as_ref().map_or("not run".into(), |aa| {
+        format!(
+            "spread (cv of block ratios) {:.1}%, interval [{:.3}, {:.3}]; {} blocks per measurement",
+            aa.cv * 100.0,
+            aa.ci95[0],
+            aa.ci95[1],
+            aa.blocks_needed
+        )
+    });
+    let rows = [
+        (
+            "status",
+            format!(
+                "{} — {}",
+                r.status,
+                r.stop_reason.clone().unwrap_or_default()
+            ),
+        ),
+        ("started", r.started_at.clone()),
+        ("agent", r.agent.clone()),
+        ("base commit", r.base_commit.clone()),
+        ("branch", r.branch.clone()),
+        (
+            "meter",
+            format!("{} ({}): {}", f.meter_event, run.unit(), f.meter_reason),
+        ),
+        ("threshold", format!("{:.1}%", run.threshold() * 100.0)),
+        ("A/A check", aa),
+        (
+            "load",
+            format!(
+                "{} connections in flight; {} ms warm-up, {} ms window",
+                r.config.load.connections, r.config.trial.warmup_ms, r.config.trial.window_ms
+            ),
+        ),
+        (
+            "machine",
+            format!(
+                "{}; {} cores, SUT core {}; kernel {}; governor {}",
+                f.cpu_model, f.cores, f.sut_core, f.kernel, f.governor
+            ),
+        ),
+        (
+            "toolchain",
+            format!("liburing {}; {}; {}", f.liburing, f.gcc, f.go),
+        ),
+    ];
+    let mut s = String::from("<table class=\"facts\">");
+    for (k, v) in rows {
+        let _ = write!(s, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
+    }
+    s + "</table>"
+}
+
+const CSS: &str = "body{font-family:sans-serif;max-width:1100px;margin:24px auto;color:#222;padding:0 12px}\
+h1{font-size:22px}h2{font-size:17px;margin-top:32px}table{border-collapse:collapse;width:100%;font-size:13px}\
+th,td{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}\
+.facts th{width:130px;color:#555}.verdict{color:white;padding:1px 6px;border-radius:3px}\
+.detail{color:#8a4b08;font-size:12px;white-space:pre-wrap}pre{font-size:11px;background:#f6f6f6;padding:6px;overflow-x:auto}\
+.note{color:#555;font-size:13px}.warn{color:#b2182b}svg.chart{display:block;margin:8px 0}";
+
+/// The whole report as one HTML document.
+pub fn render(run: &RecordedRun, lineage: &Lineage, profiles: &Path) -> String {
+    let r = &run.run;
+    let champion = lineage.steps.last().expect("lineage has its base");
+    let kept = lineage.steps.len() - 1;
+    let mut s = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ratchet run {id}</title>\
+         <style>{CSS}</style></head><body><h1>ratchet run {id}</h1>\
+         <p>{n} attempts, {kept} kept. The champion costs <b>{cum:.3}</b> of the run's start \
+         (product of the kept ratios) and <b>{vc}</b> of the control.</p>",
+        id = escape(&r.run_id),
+        n = run.attempts.len(),
+        cum = champion.cumulative,
+        vc = fmt_ratio(champion.vs_control),
+    );
+    s += &facts(run);
+    if lineage.source == Source::Journal {
+        let _ = write!(
+            s,
+            "<p class=\"note\">Branch {} is not in the repository this report was made in: \
+             the lineage is read from the journal.</p>",
+            escape(&r.branch)
+        );
+    }
+    for w in &lineage.warnings {
+        let _ = write!(s, "<p class=\"warn\">warning: {}</p>", escape(w));
+    }
+    let unit = run.unit();
+    let sections = [
+        (
+            SECTIONS[0],
+            "Cost per connection",
+            cost_chart(run, lineage),
+            format!(
+                "Medians over each attempt's blocks, in {unit}. Raw costs drift with the machine between \
+                 attempts; the verdicts rest on ratios measured side by side, below."
+            ),
+        ),
+        (
+            SECTIONS[1],
+            "Ratios and their intervals",
+            ratio_chart(run),
+            "A candidate is kept only if its median ratio is at or below the keep line and the whole \
+             interval is below 1."
+                .to_string(),
+        ),
+        (
+            SECTIONS[2],
+            "Against the control",
+            control_chart(run),
+            "The champion of each attempt, measured in the same blocks as the frozen Go control; \
+             the first point is the run's baseline."
+                .to_string(),
+        ),
+        (
+            SECTIONS[3],
+            "Profile: baseline and champion",
+            profile_chart(
+                load_profile(profiles, &r.run_id, 0).as_ref(),
+                load_profile(profiles, &r.run_id, champion.attempt).as_ref(),
+                champion.attempt,
+            ),
+            "perf record -e cpu-clock -g on the server in an extra, unscored window. On loopback the \
+             server's kernel share includes part of the client's receive work."
+                .to_string(),
+        ),
+    ];
+    for (id, title, chart, note) in sections {
+        let _ = write!(
+            s,
+            "<section id=\"{id}\"><h2>{title}</h2><p class=\"note\">{}</p>{chart}</section>",
+            escape(&note)
+        );
+    }
+    s += "<section id=\"lineage\"><h2>Champion lineage</h2>";
+    s += &lineage_table(lineage);
+    s += "</section><section id=\"attempts\"><h2>Every attempt</h2>";
+    s += &attempts_table(run);
+    s += "</section></body></html>\n";
+    s
+}
+
+/// Writes the report of `run` to `out`.
+pub fn write(
+    repo: &git2::Repository,
+    run: &RecordedRun,
+    profiles: &Path,
+    out: &Path,
+) -> Result<()> {
+    let lineage = Lineage::read(repo, run)?;
+    let html = render(run, &lineage, profiles);
+    crate::journal::write_atomic(out, html.as_bytes())
+}
