@@ -45,6 +45,20 @@ pub struct Arm {
     pub binary_hash: Option<String>,
 }
 
+/// An arm that runs a built binary as it is.
+pub fn built_arm(label: &str, b: build::Built) -> Arm {
+    Arm {
+        label: label.to_string(),
+        command: ServerCommand {
+            program: b.binary.clone(),
+            args: vec![],
+            env: vec![],
+        },
+        source_hash: Some(b.source_hash),
+        binary_hash: Some(b.binary_hash),
+    }
+}
+
 /// Where a repository's servers live and how to build them.
 pub struct Workspace {
     pub root: PathBuf,
@@ -94,17 +108,35 @@ impl Workspace {
         ))
     }
 
-    pub fn prepare(&self, label: &str) -> Result<Arm> {
-        let built = |b: build::Built| Arm {
-            label: label.to_string(),
-            command: ServerCommand {
-                program: b.binary.clone(),
-                args: vec![],
-                env: vec![],
-            },
+    /// The treatment of a git tree (a commit's, or one rebuilt from a
+    /// journal), exported to a temporary directory and built.
+    pub fn prepare_tree(
+        &self,
+        repo: &git2::Repository,
+        tree: git2::Oid,
+        label: &str,
+    ) -> Result<Arm> {
+        let tmp = tempfile::tempdir()?;
+        gitops::export_tree_subdir(repo, tree, &self.config.paths.treatment, tmp.path())?;
+        Ok(built_arm(label, self.build_treatment_at(tmp.path())?))
+    }
+
+    /// The control as it was at `rev` (a run's base commit): a replay
+    /// measures against the control the run had, not today's.
+    pub fn control_at_rev(&self, rev: &str) -> Result<Arm> {
+        let tmp = tempfile::tempdir()?;
+        gitops::export_subtree(&self.root, rev, &self.config.paths.control, tmp.path())?;
+        let (command, b) = self.control_command_at(tmp.path())?;
+        Ok(Arm {
+            label: "control".into(),
+            command,
             source_hash: Some(b.source_hash),
             binary_hash: Some(b.binary_hash),
-        };
+        })
+    }
+
+    pub fn prepare(&self, label: &str) -> Result<Arm> {
+        let built = |b: build::Built| built_arm(label, b);
         Ok(match ArmSpec::parse(label)? {
             ArmSpec::Control => {
                 let (command, b) = self.control_command()?;

@@ -290,10 +290,6 @@ impl Lineage {
             warnings,
         })
     }
-
-    pub fn champion(&self) -> &Step {
-        self.steps.last().expect("a lineage has its base")
-    }
 }
 
 /// The treatment trees of a run's history, each from git when this
@@ -421,14 +417,34 @@ impl<'r> Trees<'r> {
             .with_context(|| format!("attempt {} does not rebuild as recorded", attempt.number))?;
         Ok(tree)
     }
+}
 
-    /// The diff that undoes the change from `before` to `after`.
-    pub fn reverse_diff(&self, before: git2::Oid, after: git2::Oid) -> Result<String> {
-        let a = self.repo.find_tree(after)?;
-        let b = self.repo.find_tree(before)?;
-        let diff = self.repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
-        crate::gitops::patch_text(&diff)
+/// Carries the change from `base` to `theirs` over to `ours` with a
+/// three-way merge (as `git revert` and `git cherry-pick` do), so nearby
+/// edits of other changes do not stop it. Conflicting edits are an error
+/// naming the files.
+pub fn carry_over(
+    repo: &git2::Repository,
+    base: git2::Oid,
+    ours: git2::Oid,
+    theirs: git2::Oid,
+) -> Result<git2::Oid> {
+    let (b, o, t) = (
+        repo.find_tree(base)?,
+        repo.find_tree(ours)?,
+        repo.find_tree(theirs)?,
+    );
+    let mut index = repo.merge_trees(&b, &o, &t, None)?;
+    if index.has_conflicts() {
+        let files: Vec<String> = index
+            .conflicts()?
+            .flatten()
+            .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+            .map(|e| String::from_utf8_lossy(&e.path).to_string())
+            .collect();
+        bail!("conflicting edits in {}", files.join(", "));
     }
+    Ok(index.write_tree_to(repo)?)
 }
 
 #[cfg(test)]

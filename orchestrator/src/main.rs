@@ -1,5 +1,6 @@
 //! ratchet: an autonomous benchmark-optimization loop with an honest referee.
 
+mod ablate;
 mod agent;
 mod arm;
 mod build;
@@ -25,18 +26,20 @@ mod meter;
 mod procfs;
 mod profile;
 mod progress;
+mod replay;
 mod report;
 mod run;
 mod scope;
 mod session;
 mod stats;
 mod svg;
+mod sweep;
 mod trial;
 mod verdict;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::Config;
 use crate::session::Session;
@@ -67,6 +70,73 @@ enum Command {
     Log(LogArgs),
     /// One self-contained HTML report of a run, with SVG charts.
     Report(ReportArgs),
+    /// Re-measure a recorded run's lineage on this machine, side by side.
+    Replay(ReplayArgs),
+    /// Revert each kept change from the final champion and measure what it contributes.
+    Ablate(AblateArgs),
+    /// Cost, throughput and p99 latency against connections in flight, per arm.
+    Sweep(SweepArgs),
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// Arms, as for compare; ratios are to the first.
+    #[arg(required = true, num_args = 1..)]
+    arms: Vec<String>,
+    /// Connections in flight at each level, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
+    connections: Vec<usize>,
+    #[arg(long)]
+    blocks: Option<usize>,
+    #[arg(long)]
+    window_ms: Option<u64>,
+    #[arg(long)]
+    warmup_ms: Option<u64>,
+    /// Where to write the chart (default: results/sweeps/<time>.svg).
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Seed for the order of arms inside blocks.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the JSON document on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct AblateArgs {
+    /// The run id (a directory of results/).
+    run: String,
+    /// Leave out the pairs (each pair of kept changes reverted together).
+    #[arg(long)]
+    no_pairs: bool,
+    /// Seed for the order of arms inside blocks.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the JSON document on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Overrides of the recorded run's settings (blocks default to the run's own).
+    #[command(flatten)]
+    measure: MeasureArgs,
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// The run id (a directory of results/).
+    run: String,
+    /// Also re-apply every recorded attempt in order and decide it again.
+    #[arg(long)]
+    decisions: bool,
+    /// Seed for the order of arms inside blocks.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the JSON document on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Overrides of the recorded run's settings (blocks default to the run's own).
+    #[command(flatten)]
+    measure: MeasureArgs,
 }
 
 #[derive(Args)]
@@ -278,6 +348,131 @@ fn report(cli: &Cli, args: &ReportArgs) -> Result<()> {
     Ok(())
 }
 
+/// The settings a recorded run was measured with, on this machine: its
+/// measurement sections, this configuration's machine and paths, then the
+/// command-line overrides.
+fn recorded_settings(
+    cli: &Cli,
+    run: &lineage::RecordedRun,
+    measure: &MeasureArgs,
+) -> Result<Config> {
+    let current = Config::load(&cli.config)?;
+    let mut config = run.run.config.clone();
+    config.machine = current.machine;
+    config.paths = current.paths;
+    config.build = current.build;
+    config.compare.blocks = run.run.blocks;
+    measure.apply(config)
+}
+
+/// Writes a command's record into `dir`, named by the time; returns its path.
+fn store(dir: &Path, value: &impl serde::Serialize) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let stamp = run::now_utc().replace(['-', ':'], "");
+    let path = dir.join(format!("{stamp}.json"));
+    journal::write_atomic(&path, &serde_json::to_vec_pretty(value)?)?;
+    Ok(path)
+}
+
+fn replay(cli: &Cli, args: &ReplayArgs) -> Result<()> {
+    let (repo, _, results) = results_of(cli)?;
+    let run = lineage::RecordedRun::open(&results, Some(&args.run))?;
+    let config = recorded_settings(cli, &run, &args.measure)?;
+    let session = Session::open(&cli.config, config, "replay")?;
+    let record = replay::Replayer {
+        session: &session,
+        repo: &repo,
+        run: &run,
+        seed: args.seed,
+    }
+    .replay(args.decisions)?;
+    let path = store(&run.dir.join("replays"), &record)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&record)?);
+    } else {
+        print!("{}", replay::render(&record));
+        println!(
+            "
+recorded in {}",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn ablate(cli: &Cli, args: &AblateArgs) -> Result<()> {
+    let (repo, _, results) = results_of(cli)?;
+    let run = lineage::RecordedRun::open(&results, Some(&args.run))?;
+    let config = recorded_settings(cli, &run, &args.measure)?;
+    let session = Session::open(&cli.config, config, "ablate")?;
+    let record = ablate::Ablation {
+        session: &session,
+        repo: &repo,
+        run: &run,
+        seed: args.seed,
+        pairs: !args.no_pairs,
+    }
+    .run()?;
+    let path = store(&run.dir.join("ablations"), &record)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&record)?);
+    } else {
+        print!("{}", ablate::render(&record));
+        println!("\nrecorded in {}", path.display());
+    }
+    Ok(())
+}
+
+fn sweep(cli: &Cli, args: &SweepArgs) -> Result<()> {
+    let base = Config::load(&cli.config)?;
+    let mut config = None;
+    for &level in &args.connections {
+        let measure = MeasureArgs {
+            blocks: args.blocks,
+            window_ms: args.window_ms,
+            warmup_ms: args.warmup_ms,
+            connections: Some(level),
+            threshold: None,
+        };
+        config = Some(measure.apply(base.clone())?);
+    }
+    let config = config.context("--connections names no level")?;
+    for a in &args.arms {
+        arm::ArmSpec::parse(a)?;
+    }
+    let results = session::root_of(&cli.config)?.join(&config.paths.results);
+    let session = Session::open(&cli.config, config, "sweep")?;
+    let arms = args
+        .arms
+        .iter()
+        .map(|a| session.workspace.prepare(a))
+        .collect::<Result<Vec<_>>>()?;
+    let hash_of = |label: &str| {
+        arms.iter()
+            .find(|a| a.label == label)
+            .and_then(|a| a.source_hash.clone())
+    };
+    let env = environment::fingerprint(&session.plan, hash_of("control"), hash_of("treatment"));
+    let record = sweep::sweep(&session, &arms, &args.connections, args.seed, env)?;
+    let path = store(&results.join("sweeps"), &record)?;
+    let svg = args
+        .svg
+        .clone()
+        .unwrap_or_else(|| path.with_extension("svg"));
+    journal::write_atomic(&svg, sweep::chart(&record).as_bytes())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&record)?);
+    } else {
+        print!("{}", sweep::render(&record));
+        println!(
+            "\nrecorded in {}; chart in {}",
+            path.display(),
+            svg.display()
+        );
+    }
+    Ok(())
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -294,6 +489,9 @@ fn main() {
         Command::Doctor => doctor(&cli),
         Command::Log(args) => log(&cli, args),
         Command::Report(args) => report(&cli, args),
+        Command::Replay(args) => replay(&cli, args),
+        Command::Ablate(args) => ablate(&cli, args),
+        Command::Sweep(args) => sweep(&cli, args),
     };
     if let Err(e) = result {
         eprintln!("ratchet: error: {e:#}");

@@ -114,19 +114,6 @@ struct Loop<'a> {
     tampered: bool,
 }
 
-fn arm_of(label: &str, built: crate::build::Built) -> Arm {
-    Arm {
-        label: label.into(),
-        command: ServerCommand {
-            program: built.binary.clone(),
-            args: vec![],
-            env: vec![],
-        },
-        source_hash: Some(built.source_hash),
-        binary_hash: Some(built.binary_hash),
-    }
-}
-
 fn short(oid: &str) -> &str {
     &oid[..oid.len().min(10)]
 }
@@ -180,7 +167,7 @@ impl Loop<'_> {
             .workspace
             .build_treatment_at(&self.treatment_in_worktree())
             .context("building the champion")?;
-        Ok(arm_of("champion", built))
+        Ok(crate::arm::built_arm("champion", built))
     }
 
     /// The allowed files of the worktree, by repository-relative path.
@@ -648,7 +635,7 @@ impl Loop<'_> {
             record.detail = Some("the built binary is identical to the champion's".into());
             return Ok(None);
         }
-        let candidate = arm_of("candidate", built);
+        let candidate = crate::arm::built_arm("candidate", built);
 
         self.bar.set_message(format!("#{n} smoke run"));
         let smoke_window = Duration::from_millis(self.config().run.smoke_window_ms);

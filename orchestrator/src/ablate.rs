@@ -1,0 +1,355 @@
+//! `ratchet ablate`: leave-one-out over a run's kept mutations. Each kept
+//! change is reverted from the final champion and the result measured side by
+//! side with the champion, which gives each change's contribution in the final
+//! combination (not the one it showed when it was kept, against an older
+//! champion). Pairs are reverted together too: when removing both costs
+//! something other than the two single removals predict, the pair interacts.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::compare::{ArmSummary, Comparison, Samples};
+use crate::environment::{self, Fingerprint};
+use crate::history::{fmt_ci, fmt_ratio};
+use crate::lineage::{self, Lineage, RecordedRun, Trees};
+use crate::progress;
+use crate::session::Session;
+use crate::stats;
+use crate::verdict::Verdict;
+
+/// One kept change, judged in the final combination.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Contribution {
+    pub attempt: usize,
+    pub hypothesis: String,
+    /// Its ratio to the champion it was kept against.
+    pub recorded_ratio: Option<f64>,
+    pub recorded_ci95: Option<[f64; 2]>,
+    /// cost(champion) / cost(champion without it): below 1, the change helps.
+    pub in_final: Option<Comparison>,
+    /// contributes | nothing measurable | now costs | invalid | not revertible
+    pub finding: String,
+    pub note: Option<String>,
+}
+
+/// Whether two kept changes interact in the final combination.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Interaction {
+    pub attempts: [usize; 2],
+    /// Per block: r(both removed) / (r(first removed) x r(second removed)),
+    /// each r a cost ratio to the champion. 1 means independent.
+    pub factor: Option<f64>,
+    pub factor_ci95: Option<[f64; 2]>,
+    pub interacts: bool,
+    pub description: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AblationRecord {
+    pub run_id: String,
+    pub ablated_at: String,
+    pub champion_attempt: usize,
+    pub threshold: f64,
+    pub blocks: usize,
+    pub unit: String,
+    pub fingerprint: Fingerprint,
+    pub arms: Vec<ArmSummary>,
+    pub contributions: Vec<Contribution>,
+    pub pairs: Vec<Interaction>,
+    pub samples: Samples,
+}
+
+/// What the measurement of a change says about it in the final combination.
+pub fn finding(c: &Comparison) -> &'static str {
+    match c.verdict {
+        Verdict::Better => "contributes",
+        Verdict::Same => "nothing measurable",
+        Verdict::Worse => "now costs",
+        Verdict::Invalid => "invalid",
+    }
+}
+
+/// Per-block interaction factors of a pair, from costs per block of the
+/// champion, each single removal and the double removal.
+pub fn interaction(
+    champion: &[Option<f64>],
+    first: &[Option<f64>],
+    second: &[Option<f64>],
+    both: &[Option<f64>],
+) -> Vec<f64> {
+    (0..champion.len())
+        .filter_map(|b| {
+            let (c, i, j, ij) = (champion[b]?, first[b]?, second[b]?, both[b]?);
+            Some((ij / c) / ((i / c) * (j / c)))
+        })
+        .collect()
+}
+
+pub fn describe(factor: f64, interacts: bool) -> String {
+    if !interacts {
+        "independent: removing both costs what the two removals predict".into()
+    } else if factor > 1.0 {
+        format!(
+            "overlap: removing both costs {factor:.2}x what the single removals predict; \
+             each covers for the other, so one only helps without the other"
+        )
+    } else {
+        format!(
+            "synergy: removing both costs {factor:.2}x what the single removals predict; \
+             one only helps with the other"
+        )
+    }
+}
+
+pub struct Ablation<'a> {
+    pub session: &'a Session,
+    pub repo: &'a git2::Repository,
+    pub run: &'a RecordedRun,
+    pub seed: u64,
+    pub pairs: bool,
+}
+
+impl Ablation<'_> {
+    /// The champion's tree without the kept changes at `steps` (lineage
+    /// indices), reverted newest first.
+    fn without(&self, trees: &[git2::Oid], steps: &[usize]) -> Result<git2::Oid> {
+        let mut tree = *trees.last().expect("a lineage has its base");
+        for &i in steps.iter().rev() {
+            tree = lineage::carry_over(self.repo, trees[i], tree, trees[i - 1])
+                .context("later changes edit the same lines")?;
+        }
+        Ok(tree)
+    }
+
+    pub fn run(&self) -> Result<AblationRecord> {
+        let lineage = Lineage::read(self.repo, self.run)?;
+        let trees = Trees::new(self.repo).of_lineage(self.run, &lineage)?;
+        let k = lineage.steps.len() - 1;
+        let workspace = &self.session.workspace;
+        let threshold = self.session.config().compare.threshold;
+        let mut arms = vec![workspace.prepare_tree(self.repo, trees[k], "champion")?];
+        // Arm index of each removal set that could be built.
+        let mut index: Vec<(Vec<usize>, usize)> = Vec::new();
+        let mut contributions = Vec::new();
+        for i in 1..=k {
+            let step = &lineage.steps[i];
+            let mut c = Contribution {
+                attempt: step.attempt,
+                hypothesis: step.hypothesis.clone(),
+                recorded_ratio: step.ratio,
+                recorded_ci95: step.ci95,
+                in_final: None,
+                finding: "not revertible".into(),
+                note: None,
+            };
+            match self.without(&trees, &[i]).and_then(|t| {
+                workspace.prepare_tree(self.repo, t, &format!("without #{}", step.attempt))
+            }) {
+                Ok(arm) => {
+                    index.push((vec![i], arms.len()));
+                    arms.push(arm);
+                }
+                Err(e) => c.note = Some(format!("{e:#}")),
+            }
+            contributions.push(c);
+        }
+        if self.pairs {
+            for i in 1..=k {
+                for j in i + 1..=k {
+                    let label = format!(
+                        "without #{} #{}",
+                        lineage.steps[i].attempt, lineage.steps[j].attempt
+                    );
+                    if let Ok(arm) = self
+                        .without(&trees, &[i, j])
+                        .and_then(|t| workspace.prepare_tree(self.repo, t, &label))
+                    {
+                        index.push((vec![i, j], arms.len()));
+                        arms.push(arm);
+                    }
+                }
+            }
+        }
+        let blocks = self.session.config().compare.blocks;
+        let settings = self.session.trial_settings();
+        let mut samples = Samples::new(arms.len());
+        if arms.len() > 1 {
+            progress::measure(
+                self.session,
+                &settings,
+                &arms,
+                blocks,
+                self.seed,
+                &mut samples,
+                "ablating: ",
+            )?;
+        }
+        let arm_of = |set: &[usize]| index.iter().find(|(s, _)| s == set).map(|(_, a)| *a);
+        for (i, c) in (1..=k).zip(contributions.iter_mut()) {
+            let Some(a) = arm_of(&[i]) else { continue };
+            let cmp = samples.compare(0, a, threshold);
+            c.finding = finding(&cmp).into();
+            let helped = c.recorded_ratio.is_some_and(|r| r <= 1.0 - threshold);
+            c.note = match (helped, c.finding.as_str()) {
+                (true, "nothing measurable") => Some(format!(
+                    "helped when kept ({}); in the final combination its effect is not resolved at the threshold",
+                    fmt_ratio(c.recorded_ratio)
+                )),
+                (true, "now costs") => Some(format!(
+                    "helped when kept ({}); in the final combination it costs",
+                    fmt_ratio(c.recorded_ratio)
+                )),
+                _ => None,
+            };
+            c.in_final = Some(cmp);
+        }
+        let costs = |arm: usize| -> Vec<Option<f64>> {
+            samples.trials[arm]
+                .iter()
+                .map(|m| m.cost_per_connection)
+                .collect()
+        };
+        let mut pairs = Vec::new();
+        for (set, both) in index.iter().filter(|(s, _)| s.len() == 2) {
+            let (Some(a), Some(b)) = (arm_of(&set[..1]), arm_of(&set[1..])) else {
+                continue;
+            };
+            let f = interaction(&costs(0), &costs(a), &costs(b), &costs(*both));
+            let (factor, ci) = if f.is_empty() {
+                (None, None)
+            } else {
+                let (lo, hi) = stats::bootstrap_median_ci(&f, 0.95);
+                (Some(stats::median(&f)), Some([lo, hi]))
+            };
+            let interacts = matches!((factor, ci), (Some(m), Some([lo, hi]))
+                if (lo > 1.0 || hi < 1.0) && (m - 1.0).abs() >= threshold);
+            pairs.push(Interaction {
+                attempts: [lineage.steps[set[0]].attempt, lineage.steps[set[1]].attempt],
+                factor,
+                factor_ci95: ci,
+                interacts,
+                description: describe(factor.unwrap_or(1.0), interacts),
+            });
+        }
+        Ok(AblationRecord {
+            run_id: self.run.run.run_id.clone(),
+            ablated_at: crate::run::now_utc(),
+            champion_attempt: lineage.steps[k].attempt,
+            threshold,
+            blocks,
+            unit: self.session.plan.event.unit().into(),
+            fingerprint: environment::fingerprint(
+                &self.session.plan,
+                None,
+                arms[0].source_hash.clone(),
+            ),
+            arms: arms
+                .iter()
+                .enumerate()
+                .map(|(i, a)| samples.arm_summary(i, &a.label))
+                .collect(),
+            contributions,
+            pairs,
+            samples,
+        })
+    }
+}
+
+pub fn render(r: &AblationRecord) -> String {
+    let mut s = format!(
+        "ablation of run {}'s champion (attempt {}): {} blocks; threshold {:.1}%; meter in {}\n\
+         ratio in final = cost(champion) / cost(champion without the change); < 1: the change helps\n\n\
+         {:>7}  {:>8} {:<16}  {:>8} {:<16}  {:<20} hypothesis\n",
+        r.run_id,
+        r.champion_attempt,
+        r.blocks,
+        r.threshold * 100.0,
+        r.unit,
+        "attempt",
+        "when kept",
+        "CI95",
+        "in final",
+        "CI95",
+        "finding"
+    );
+    for c in &r.contributions {
+        let f = c.in_final.as_ref();
+        s += &format!(
+            "{:>7}  {:>8} {:<16}  {:>8} {:<16}  {:<20} {}\n",
+            c.attempt,
+            fmt_ratio(c.recorded_ratio),
+            fmt_ci(c.recorded_ci95),
+            fmt_ratio(f.and_then(|f| f.ratio_median)),
+            fmt_ci(f.and_then(|f| f.ratio_ci95)),
+            c.finding,
+            c.hypothesis
+        );
+        if let Some(n) = &c.note {
+            s += &format!("{:>7}  note: {}\n", "", n.lines().next().unwrap_or(""));
+        }
+    }
+    if !r.pairs.is_empty() {
+        s += "\npairs (factor = r(both removed) / (r(first) x r(second)); 1 = independent):\n";
+        for p in &r.pairs {
+            s += &format!(
+                "  #{} + #{}: factor {} {}  {}{}\n",
+                p.attempts[0],
+                p.attempts[1],
+                fmt_ratio(p.factor),
+                fmt_ci(p.factor_ci95),
+                if p.interacts { "INTERACT: " } else { "" },
+                p.description
+            );
+        }
+    }
+    s += &format!("\nthis machine, {} per connection (median):", r.unit);
+    for a in &r.arms {
+        let gate = if a.gate.passed { "" } else { " (gate FAILED)" };
+        s += &format!(" {} {:.0}{gate};", a.arm, a.cost_per_connection.median);
+    }
+    s + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn independent_changes_have_a_factor_of_one() {
+        // Champion 100; removing a costs 1.2x, b 1.5x, both 1.8x = 1.2 x 1.5.
+        let f = interaction(
+            &[Some(100.0)],
+            &[Some(120.0)],
+            &[Some(150.0)],
+            &[Some(180.0)],
+        );
+        assert!((f[0] - 1.0).abs() < 1e-12, "{f:?}");
+    }
+
+    #[test]
+    fn a_change_masked_by_another_shows_as_overlap() {
+        // Removing a alone changes nothing (b already covers it), removing
+        // b costs 2x, removing both 4x.
+        let f = interaction(
+            &[Some(100.0)],
+            &[Some(100.0)],
+            &[Some(200.0)],
+            &[Some(400.0)],
+        );
+        assert!((f[0] - 2.0).abs() < 1e-12);
+        assert!(describe(f[0], true).starts_with("overlap"));
+        assert!(describe(0.5, true).starts_with("synergy"));
+        assert!(describe(1.0, false).starts_with("independent"));
+    }
+
+    #[test]
+    fn blocks_with_a_failed_trial_are_left_out() {
+        let f = interaction(
+            &[Some(100.0), Some(100.0)],
+            &[Some(100.0), None],
+            &[Some(100.0), Some(100.0)],
+            &[Some(100.0), Some(100.0)],
+        );
+        assert_eq!(f, [1.0]);
+    }
+}

@@ -1,0 +1,478 @@
+//! `ratchet replay`: re-measures a recorded run on this machine. Every
+//! champion of the lineage is rebuilt from git (or from the journal's diffs)
+//! and measured side by side with its predecessor, the run's start and the
+//! control in the same interleaved blocks; each keep either reproduces (the
+//! same verdict at the run's threshold) or does not. With `--decisions`,
+//! every recorded attempt is re-applied in order and judged again by the keep
+//! rule, and the decisions that come out differently are listed.
+//!
+//! Raw costs from another machine are never compared with this one's: the
+//! two fingerprints are shown, and only ratios are compared.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+use crate::arm::Arm;
+use crate::build::BuildFailure;
+use crate::compare::{ArmSummary, Comparison, Samples};
+use crate::environment::{self, Fingerprint};
+use crate::history::{fmt_ci, fmt_ratio};
+use crate::keep::{self, Decision};
+use crate::lineage::{self, Lineage, RecordedRun, Trees};
+use crate::progress;
+use crate::session::Session;
+use crate::trial;
+use crate::verdict::Verdict;
+
+/// One kept attempt, as recorded and as measured again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeepReplay {
+    pub attempt: usize,
+    pub hypothesis: String,
+    pub recorded_ratio: Option<f64>,
+    pub recorded_ci95: Option<[f64; 2]>,
+    /// Against its predecessor, in this replay.
+    pub replayed: Comparison,
+    /// The keep rule's verdict holds again: `better` at the run's threshold.
+    pub reproduced: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FinalReplay {
+    /// Product of the recorded kept ratios.
+    pub recorded_vs_start: f64,
+    pub recorded_vs_control: Option<f64>,
+    pub vs_start: Comparison,
+    pub vs_control: Comparison,
+    pub start_vs_control: Comparison,
+}
+
+/// One recorded attempt, decided again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DecisionReplay {
+    pub attempt: usize,
+    pub hypothesis: String,
+    pub recorded: String,
+    /// keep | discard | invalid | build_failed | no_op | does_not_apply | skipped
+    pub replayed: String,
+    pub ratio: Option<f64>,
+    pub ci95: Option<[f64; 2]>,
+    pub extended: bool,
+    pub note: Option<String>,
+    /// None when the attempt had nothing to re-apply.
+    pub agrees: Option<bool>,
+}
+
+/// What `ratchet replay` writes to `results/<run>/replays/` and prints with `--json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    pub run_id: String,
+    pub replayed_at: String,
+    pub threshold: f64,
+    pub blocks: usize,
+    pub unit: String,
+    pub recorded_fingerprint: Fingerprint,
+    pub fingerprint: Fingerprint,
+    /// Fields that differ between the two fingerprints.
+    pub fingerprint_differences: Vec<String>,
+    pub arms: Vec<ArmSummary>,
+    pub keeps: Vec<KeepReplay>,
+    pub champion: FinalReplay,
+    pub samples: Samples,
+    pub decisions: Option<Vec<DecisionReplay>>,
+}
+
+/// The fields of two fingerprints that differ, as `field: recorded -> now`.
+pub fn differences(recorded: &Fingerprint, now: &Fingerprint) -> Vec<String> {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(recorded), serde_json::to_value(now))
+    else {
+        return vec![];
+    };
+    a.iter()
+        .filter(|(k, v)| b.get(*k) != Some(v))
+        .map(|(k, v)| {
+            let now = b.get(k).cloned().unwrap_or(serde_json::Value::Null);
+            format!("{k}: {v} -> {now}")
+        })
+        .collect()
+}
+
+pub struct Replayer<'a> {
+    pub session: &'a Session,
+    pub repo: &'a git2::Repository,
+    pub run: &'a RecordedRun,
+    pub seed: u64,
+}
+
+impl Replayer<'_> {
+    fn threshold(&self) -> f64 {
+        self.session.config().compare.threshold
+    }
+
+    fn blocks(&self) -> usize {
+        self.session.config().compare.blocks
+    }
+
+    /// The lineage, its trees and the control of the run's base commit.
+    pub fn prepare(&self) -> Result<(Lineage, Vec<git2::Oid>, Arm)> {
+        let lineage = Lineage::read(self.repo, self.run)?;
+        let trees = Trees::new(self.repo).of_lineage(self.run, &lineage)?;
+        let control = self
+            .session
+            .workspace
+            .control_at_rev(&self.run.run.base_commit)
+            .context("building the control of the run's base commit")?;
+        Ok((lineage, trees, control))
+    }
+
+    pub fn replay(&self, decisions: bool) -> Result<ReplayRecord> {
+        let (lineage, trees, control) = self.prepare()?;
+        let mut arms = Vec::new();
+        for (step, tree) in lineage.steps.iter().zip(&trees) {
+            let label = if step.attempt == 0 {
+                "start".to_string()
+            } else {
+                format!("#{}", step.attempt)
+            };
+            arms.push(
+                self.session
+                    .workspace
+                    .prepare_tree(self.repo, *tree, &label)
+                    .with_context(|| format!("building {label} of the lineage"))?,
+            );
+        }
+        arms.push(control.clone());
+        let k = lineage.steps.len() - 1;
+        let c = k + 1;
+        let mut samples = Samples::new(arms.len());
+        let settings = self.session.trial_settings();
+        progress::measure(
+            self.session,
+            &settings,
+            &arms,
+            self.blocks(),
+            self.seed,
+            &mut samples,
+            "replaying the lineage: ",
+        )?;
+        let threshold = self.threshold();
+        let keeps = (1..=k)
+            .map(|i| {
+                let step = &lineage.steps[i];
+                let replayed = samples.compare(i, i - 1, threshold);
+                KeepReplay {
+                    attempt: step.attempt,
+                    hypothesis: step.hypothesis.clone(),
+                    recorded_ratio: step.ratio,
+                    recorded_ci95: step.ci95,
+                    reproduced: replayed.verdict == Verdict::Better,
+                    replayed,
+                }
+            })
+            .collect();
+        let champion = FinalReplay {
+            recorded_vs_start: lineage.steps[k].cumulative,
+            recorded_vs_control: lineage.steps[k].vs_control,
+            vs_start: samples.compare(k, 0, threshold),
+            vs_control: samples.compare(k, c, threshold),
+            start_vs_control: samples.compare(0, c, threshold),
+        };
+        let decisions = if decisions {
+            Some(self.decisions(&lineage, &trees, &settings)?)
+        } else {
+            None
+        };
+        let fingerprint = environment::fingerprint(
+            &self.session.plan,
+            control.source_hash.clone(),
+            arms[0].source_hash.clone(),
+        );
+        Ok(ReplayRecord {
+            run_id: self.run.run.run_id.clone(),
+            replayed_at: crate::run::now_utc(),
+            threshold,
+            blocks: self.blocks(),
+            unit: self.session.plan.event.unit().into(),
+            fingerprint_differences: differences(&self.run.run.fingerprint, &fingerprint),
+            recorded_fingerprint: self.run.run.fingerprint.clone(),
+            fingerprint,
+            arms: arms
+                .iter()
+                .enumerate()
+                .map(|(i, a)| samples.arm_summary(i, &a.label))
+                .collect(),
+            keeps,
+            champion,
+            samples,
+            decisions,
+        })
+    }
+
+    /// Re-applies every recorded attempt in order against the champion of
+    /// this replay, and decides again with the loop's own stages and rule.
+    fn decisions(
+        &self,
+        lineage: &Lineage,
+        trees: &[git2::Oid],
+        settings: &trial::TrialSettings,
+    ) -> Result<Vec<DecisionReplay>> {
+        let workspace = &self.session.workspace;
+        let mut champion_tree = trees[0];
+        let mut champion = workspace.prepare_tree(self.repo, champion_tree, "champion")?;
+        let mut out = Vec::new();
+        for a in &self.run.attempts {
+            let mut d = DecisionReplay {
+                attempt: a.number,
+                hypothesis: a.hypothesis.clone(),
+                recorded: a.verdict.clone(),
+                replayed: String::new(),
+                ratio: None,
+                ci95: None,
+                extended: false,
+                note: None,
+                agrees: None,
+            };
+            if a.diff.trim().is_empty() {
+                d.replayed = "skipped".into();
+                d.note = Some("nothing to re-apply: the attempt recorded no diff".into());
+                out.push(d);
+                continue;
+            }
+            // The attempt as recorded, carried over to this replay's champion
+            // when an earlier decision came out differently.
+            let tree = lineage
+                .steps
+                .iter()
+                .position(|s| s.recorded_commit == a.champion)
+                .context("the attempt's champion is not in the lineage")
+                .and_then(|i| {
+                    let attempt = Trees::new(self.repo).of_attempt(self.run, a, trees[i])?;
+                    if trees[i] == champion_tree {
+                        Ok(attempt)
+                    } else {
+                        lineage::carry_over(self.repo, trees[i], champion_tree, attempt)
+                    }
+                });
+            let outcome = match tree {
+                Err(e) => Outcome::Ended("does_not_apply", Some(format!("{e:#}"))),
+                Ok(t) if t == champion_tree => Outcome::Ended("no_op", None),
+                Ok(t) => self.decide(a.number, t, &champion, settings, &mut d)?,
+            };
+            match outcome {
+                Outcome::Ended(v, note) => {
+                    d.replayed = v.into();
+                    d.note = note;
+                }
+                Outcome::Kept(tree, arm) => {
+                    d.replayed = "keep".into();
+                    champion_tree = tree;
+                    champion = Arm {
+                        label: "champion".into(),
+                        ..arm
+                    };
+                }
+            }
+            d.agrees = Some(d.replayed == d.recorded);
+            out.push(d);
+        }
+        Ok(out)
+    }
+
+    /// build -> no-op -> smoke -> measure -> keep rule, as the loop does.
+    fn decide(
+        &self,
+        n: usize,
+        tree: git2::Oid,
+        champion: &Arm,
+        settings: &trial::TrialSettings,
+        d: &mut DecisionReplay,
+    ) -> Result<Outcome> {
+        let config = self.session.config();
+        let candidate = match self
+            .session
+            .workspace
+            .prepare_tree(self.repo, tree, &format!("#{n}"))
+        {
+            Ok(arm) => arm,
+            Err(e) => {
+                return match e.downcast_ref::<BuildFailure>() {
+                    Some(f) => Ok(Outcome::Ended(
+                        "build_failed",
+                        f.log_tail.lines().last().map(str::to_string),
+                    )),
+                    None => Err(e),
+                }
+            }
+        };
+        if candidate.binary_hash == champion.binary_hash {
+            return Ok(Outcome::Ended(
+                "no_op",
+                Some("the built binary is identical to the champion's".into()),
+            ));
+        }
+        let window = Duration::from_millis(config.run.smoke_window_ms);
+        if let Some(failure) =
+            trial::smoke(&candidate.command, &self.session.plan, settings, window)?
+        {
+            return Ok(Outcome::Ended("invalid", Some(failure)));
+        }
+        let arms = [champion.clone(), candidate.clone()];
+        let mut samples = Samples::new(2);
+        let judged = keep::judge_measured(
+            &mut samples,
+            1,
+            0,
+            config.compare.threshold,
+            config.run.suspicious_gain,
+            &mut |s, extending| {
+                let label = format!(
+                    "#{n} {}: ",
+                    if extending { "extending" } else { "deciding" }
+                );
+                progress::measure(
+                    self.session,
+                    settings,
+                    &arms,
+                    self.blocks(),
+                    self.seed + n as u64,
+                    s,
+                    &label,
+                )?;
+                Ok(true)
+            },
+        )?
+        .expect("replay measurements are never abandoned");
+        d.ratio = judged.comparison.ratio_median;
+        d.ci95 = judged.comparison.ratio_ci95;
+        d.extended = judged.extended;
+        Ok(match judged.decision {
+            Decision::Keep => Outcome::Kept(tree, candidate),
+            Decision::Invalid => {
+                Outcome::Ended("invalid", Some("a gate failed during measurement".into()))
+            }
+            Decision::Discard | Decision::Extend => Outcome::Ended("discard", None),
+        })
+    }
+}
+
+enum Outcome {
+    Ended(&'static str, Option<String>),
+    Kept(git2::Oid, Arm),
+}
+
+pub fn render(r: &ReplayRecord) -> String {
+    let mut s = format!(
+        "replay of run {} on this machine: meter {} ({}); {} blocks; threshold {:.1}%\n",
+        r.run_id,
+        r.fingerprint.meter_event,
+        r.unit,
+        r.blocks,
+        r.threshold * 100.0
+    );
+    if r.fingerprint_differences.is_empty() {
+        s += "fingerprint: the same as the recorded run's\n";
+    } else {
+        s += "fingerprint differs from the recorded run's (raw costs are not compared across them; ratios are):\n";
+        for d in &r.fingerprint_differences {
+            s += &format!("  {d}\n");
+        }
+    }
+    s += &format!(
+        "\neach keep against its predecessor, side by side:\n{:>7}  {:>6} {:<16}  {:>6} {:<16}  {:<8} {}\n",
+        "attempt", "rec.", "recorded CI95", "now", "CI95 now", "verdict", "reproduced"
+    );
+    for k in &r.keeps {
+        s += &format!(
+            "{:>7}  {:>6} {:<16}  {:>6} {:<16}  {:<8} {}   {}\n",
+            k.attempt,
+            fmt_ratio(k.recorded_ratio),
+            fmt_ci(k.recorded_ci95),
+            fmt_ratio(k.replayed.ratio_median),
+            fmt_ci(k.replayed.ratio_ci95),
+            k.replayed.verdict.name(),
+            if k.reproduced { "yes" } else { "NO" },
+            k.hypothesis
+        );
+    }
+    let reproduced = r.keeps.iter().filter(|k| k.reproduced).count();
+    s += &format!("{reproduced} of {} keeps reproduced\n", r.keeps.len());
+    let c = &r.champion;
+    s += &format!(
+        "\nthe final champion:\n  against the start:   recorded {:.3} (product of kept ratios), now {} {}\n  \
+         against the control: recorded {}, now {} {}\n  the start against the control, now {} {}\n",
+        c.recorded_vs_start,
+        fmt_ratio(c.vs_start.ratio_median),
+        fmt_ci(c.vs_start.ratio_ci95),
+        fmt_ratio(c.recorded_vs_control),
+        fmt_ratio(c.vs_control.ratio_median),
+        fmt_ci(c.vs_control.ratio_ci95),
+        fmt_ratio(c.start_vs_control.ratio_median),
+        fmt_ci(c.start_vs_control.ratio_ci95),
+    );
+    s += &format!("\nthis machine, {} per connection (median):", r.unit);
+    for a in &r.arms {
+        let gate = if a.gate.passed { "" } else { " (gate FAILED)" };
+        s += &format!(" {} {:.0}{gate};", a.arm, a.cost_per_connection.median);
+    }
+    s += "\n";
+    if let Some(ds) = &r.decisions {
+        s += &format!(
+            "\nevery decision re-made in order:\n{:>7}  {:<13} {:<14} {:>6} {:<16}  note\n",
+            "attempt", "recorded", "now", "ratio", "CI95"
+        );
+        for d in ds {
+            s += &format!(
+                "{:>7}  {:<13} {:<14} {:>6} {:<16}  {}{}\n",
+                d.attempt,
+                d.recorded,
+                d.replayed,
+                fmt_ratio(d.ratio),
+                fmt_ci(d.ci95),
+                match d.agrees {
+                    Some(false) => "DIFFERS ",
+                    _ => "",
+                },
+                d.note.as_deref().unwrap_or("").lines().next().unwrap_or("")
+            );
+        }
+        let differ: Vec<String> = ds
+            .iter()
+            .filter(|d| d.agrees == Some(false))
+            .map(|d| {
+                format!(
+                    "#{} (recorded {}, now {})",
+                    d.attempt, d.recorded, d.replayed
+                )
+            })
+            .collect();
+        s += &if differ.is_empty() {
+            "every re-made decision agrees with the recorded one\n".to_string()
+        } else {
+            format!("{} decisions differ: {}\n", differ.len(), differ.join(", "))
+        };
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_differences_name_the_field_and_both_values() {
+        let a = Fingerprint {
+            kernel: "6.1".into(),
+            cores: 2,
+            ..Default::default()
+        };
+        let b = Fingerprint {
+            kernel: "6.18".into(),
+            cores: 2,
+            ..Default::default()
+        };
+        assert_eq!(differences(&a, &b), ["kernel: \"6.1\" -> \"6.18\""]);
+        assert!(differences(&a, &a).is_empty());
+    }
+}
