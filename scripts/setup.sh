@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Installs the system packages ratchet needs when they are missing, and says
 # clearly what it cannot do. Only Debian packages are downloaded.
+# --with-chromium also installs headless Chromium, which the tests use to
+# render `ratchet report`'s HTML and check that its charts are drawn.
 set -euo pipefail
+
+with_chromium=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-chromium) with_chromium=1 ;;
+    *) echo "setup: unknown option $arg (expected --with-chromium)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 need() { # need <command-or-file> <package>
@@ -14,6 +24,7 @@ need /usr/include/liburing.h liburing-dev
 need go golang-go
 need perf linux-perf
 need git git
+if ((with_chromium)); then need chromium chromium; fi
 
 if ((${#missing[@]})); then
   echo "setup: installing missing packages: ${missing[*]}"

@@ -4,7 +4,7 @@
 # servers, load generator and git repositories).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --with-chromium
 cargo fmt --all -- --check
 cargo clippy --release --all-targets -- -D warnings
 (cd control && test -z "$(gofmt -l .)" && go vet ./...)

@@ -59,13 +59,16 @@ pub struct AblationRecord {
     pub samples: Samples,
 }
 
-/// What the measurement of a change says about it in the final combination.
-pub fn finding(c: &Comparison) -> &'static str {
-    match c.verdict {
-        Verdict::Better => "contributes",
-        Verdict::Same => "nothing measurable",
-        Verdict::Worse => "now costs",
-        Verdict::Invalid => "invalid",
+/// What the measurement of a change says about it in the final combination
+/// (`c` is cost(champion) / cost(champion without it)). Both directions need
+/// an effect of at least the threshold and an interval clear of 1, as the
+/// keep rule does: anything less is not resolved here.
+pub fn finding(c: &Comparison, threshold: f64) -> &'static str {
+    match (c.verdict, c.ratio_median, c.ratio_ci95) {
+        (Verdict::Invalid, _, _) => "invalid",
+        (Verdict::Better, _, _) => "contributes",
+        (_, Some(m), Some([lo, _])) if lo > 1.0 && m >= 1.0 / (1.0 - threshold) => "now costs",
+        _ => "nothing measurable",
     }
 }
 
@@ -188,7 +191,7 @@ impl Ablation<'_> {
         for (i, c) in (1..=k).zip(contributions.iter_mut()) {
             let Some(a) = arm_of(&[i]) else { continue };
             let cmp = samples.compare(0, a, threshold);
-            c.finding = finding(&cmp).into();
+            c.finding = finding(&cmp, threshold).into();
             let helped = c.recorded_ratio.is_some_and(|r| r <= 1.0 - threshold);
             c.note = match (helped, c.finding.as_str()) {
                 (true, "nothing measurable") => Some(format!(
@@ -340,6 +343,27 @@ mod tests {
         assert!(describe(f[0], true).starts_with("overlap"));
         assert!(describe(0.5, true).starts_with("synergy"));
         assert!(describe(1.0, false).starts_with("independent"));
+    }
+
+    fn cmp(median: f64, lo: f64, hi: f64) -> Comparison {
+        Comparison {
+            arm: 0,
+            baseline: 1,
+            ratio_median: Some(median),
+            ratio_ci95: Some([lo, hi]),
+            verdict: crate::verdict::judge(median, (lo, hi), 0.1),
+            ratio_cv: None,
+            block_ratios: vec![],
+        }
+    }
+
+    #[test]
+    fn findings_need_the_threshold_in_both_directions() {
+        assert_eq!(finding(&cmp(0.8, 0.75, 0.85), 0.1), "contributes");
+        assert_eq!(finding(&cmp(0.98, 0.95, 1.01), 0.1), "nothing measurable");
+        // Surely costlier, but by less than the threshold: not resolved.
+        assert_eq!(finding(&cmp(1.02, 1.01, 1.03), 0.1), "nothing measurable");
+        assert_eq!(finding(&cmp(1.3, 1.2, 1.4), 0.1), "now costs");
     }
 
     #[test]

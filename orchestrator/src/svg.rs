@@ -39,7 +39,7 @@ pub enum Marker {
 
 /// About five round tick values covering [lo, hi].
 pub fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    if !(hi > lo) {
+    if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
         return vec![lo];
     }
     let raw = (hi - lo) / 5.0;
@@ -281,10 +281,12 @@ impl Chart {
         s += &self.body;
         let mut lx = LEFT;
         let ly = TOP + PLOT_H + BOTTOM + 8.0;
+        // Swatches are translucent, so a pixel of a chart's exact ink is
+        // always a data mark (the report's rendering check relies on it).
         for (color, label) in &self.legend {
             let _ = write!(
                 s,
-                r##"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{color}"/><text x="{:.1}" y="{ly:.1}" font-size="12" fill="#333">{}</text>"##,
+                r##"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{color}" fill-opacity="0.8"/><text x="{:.1}" y="{ly:.1}" font-size="12" fill="#333">{}</text>"##,
                 ly - 10.0,
                 lx + 16.0,
                 escape(label)

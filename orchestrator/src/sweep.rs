@@ -148,6 +148,9 @@ const COLORS: [&str; 6] = [
     "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
 ];
 
+/// One measured quantity of an arm at a level.
+type Metric = fn(&ArmSummary) -> f64;
+
 /// Three charts stacked in one SVG: cost, throughput and p99 latency against
 /// connections in flight (log scale). Hollow markers are trials the
 /// generator limited.
@@ -160,7 +163,7 @@ pub fn chart(r: &SweepRecord) -> String {
         .iter()
         .map(|l| (x_of(l.connections), l.connections.to_string()))
         .collect();
-    let metrics: [(&str, String, fn(&ArmSummary) -> f64); 3] = [
+    let metrics: [(&str, String, Metric); 3] = [
         ("cost", format!("Cost per connection ({})", r.unit), |a| {
             a.cost_per_connection.median
         }),

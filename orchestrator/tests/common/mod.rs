@@ -110,3 +110,144 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// Settings small enough for a test; the threshold is coarse because the
+/// planted changes are large (tens of microseconds per connection).
+pub const SMALL: &str = r#"
+[load]
+connections = 32
+[trial]
+warmup_ms = 150
+window_ms = 400
+[gate]
+min_completed = 50
+[compare]
+blocks = 3
+threshold = 0.3
+[run]
+smoke_window_ms = 200
+suspicious_gain = 20.0
+profile = false
+"#;
+
+/// A busy-wait added to the vanilla server's accept path: the planted cost.
+const SPIN: &str = "void slow_down(void)\n{\n\tstruct timespec t0, t;\n\n\tclock_gettime(CLOCK_MONOTONIC, &t0);\n\tdo\n\t\tclock_gettime(CLOCK_MONOTONIC, &t);\n\twhile ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < SPIN_NS);\n}\n\n";
+
+pub fn entry(id: &str, hypothesis: &str, search: &str, replace: &str) -> String {
+    format!(
+        "id = \"{id}\"\ncategory = \"test\"\nhypothesis = \"{hypothesis}\"\n\n[[edits]]\npath = \"treatment/server.c\"\nsearch = '''\n{search}'''\nreplace = '''\n{replace}'''\n"
+    )
+}
+
+/// A git repository laid out like the project, with a treatment slowed by
+/// a 40 us busy-wait per connection. `extra_config` is appended after the
+/// `[run]` table: bare keys land in it.
+pub fn fixture_repo(extra_config: &str, playbook: &[String]) -> tempfile::TempDir {
+    fixture_repo_with_spin(extra_config, playbook, 40_000)
+}
+
+/// [`fixture_repo`] with a busy-wait of `spin_ns` (`#define SPIN_NS` in
+/// treatment/server.c, for playbook entries to change).
+pub fn fixture_repo_with_spin(
+    extra_config: &str,
+    playbook: &[String],
+    spin_ns: u64,
+) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let src = repo_root();
+    for sub in ["treatment", "control"] {
+        std::fs::create_dir_all(root.join(sub)).unwrap();
+        for f in std::fs::read_dir(src.join(sub)).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() {
+                std::fs::copy(&f, root.join(sub).join(f.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    let server = root.join("treatment/server.c");
+    let text = std::fs::read_to_string(&server).unwrap();
+    let text = text
+        .replace(
+            "#include <unistd.h>\n",
+            &format!("#include <time.h>\n#include <unistd.h>\n\n#define SPIN_NS {spin_ns}L\nvoid slow_down(void);\n"),
+        )
+        .replace(
+            "static void on_accept(",
+            &format!("{SPIN}static void on_accept("),
+        )
+        .replace(
+            "\tc->fd = cqe->res;\n",
+            "\tslow_down();\n\tc->fd = cqe->res;\n",
+        );
+    std::fs::write(&server, text).unwrap();
+    let pb = root.join("knowledge-base/playbook");
+    std::fs::create_dir_all(&pb).unwrap();
+    for (i, e) in playbook.iter().enumerate() {
+        std::fs::write(pb.join(format!("{i:02}.toml")), e).unwrap();
+    }
+    std::fs::write(
+        root.join("harness.toml"),
+        format!("{SMALL}\n{extra_config}"),
+    )
+    .unwrap();
+    std::fs::write(root.join(".gitignore"), ".ratchet/\n").unwrap();
+    git(root, &["init", "-q", "-b", "main"]);
+    git(
+        root,
+        &["-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"],
+    );
+    git(
+        root,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "fixture",
+        ],
+    );
+    dir
+}
+
+pub fn ratchet_run(root: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    Command::new(ratchet())
+        .arg("--config")
+        .arg(root.join("harness.toml"))
+        .arg("run")
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap()
+}
+
+pub fn only_run(root: &Path) -> (String, PathBuf) {
+    let dirs: Vec<_> = std::fs::read_dir(root.join("results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let id = dirs[0].file_name().unwrap().to_string_lossy().to_string();
+    (id, dirs[0].clone())
+}
+
+pub fn attempts(run_dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run_dir.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every journal line is valid JSON"))
+        .collect()
+}
+
+pub fn verdicts(run_dir: &Path) -> Vec<String> {
+    attempts(run_dir)
+        .iter()
+        .map(|a| a["verdict"].as_str().unwrap().to_string())
+        .collect()
+}
+
+pub fn run_json(run_dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap()
+}

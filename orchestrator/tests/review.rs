@@ -1,0 +1,533 @@
+//! Review and replay (`log`, `replay`, `report`, `ablate`, `sweep`) on a small
+//! run the tests record themselves: real servers, real load generator, real
+//! git. The planted run keeps two changes, of which the first is made useless
+//! by the second:
+//!
+//! 1. shorten a 160 us busy-wait per connection to 60 us   (keep)
+//! 2. remove the busy-wait call altogether                  (keep; 1 no longer matters)
+//! 3. busy-wait before every recv                           (discard)
+//! 4. a change that does not compile                        (build_failed)
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// The tests below that share the recorded run; the last one to finish
+/// removes it.
+const SHARING: usize = 5;
+static USERS: AtomicUsize = AtomicUsize::new(SHARING);
+
+struct Recorded {
+    root: PathBuf,
+    id: String,
+}
+
+static RECORDED: OnceLock<Recorded> = OnceLock::new();
+
+/// Removes the recorded run when the last test sharing it is done, passed
+/// or failed.
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if USERS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if let Some(r) = RECORDED.get() {
+                std::fs::remove_dir_all(&r.root).ok();
+            }
+        }
+    }
+}
+
+fn planted_playbook() -> Vec<String> {
+    vec![
+        entry(
+            "shorter-spin",
+            "Shorten the busy-wait from 160 to 60 us",
+            "#define SPIN_NS 160000L\n",
+            "#define SPIN_NS 60000L\n",
+        ),
+        entry(
+            "remove-spin",
+            "Remove the busy-wait from the accept path",
+            "\tslow_down();\n",
+            "",
+        ),
+        entry(
+            "spin-on-recv",
+            "Busy-wait before every recv",
+            "\ttag(sqe, c, OP_RECV);\n",
+            "\tslow_down();\n\ttag(sqe, c, OP_RECV);\n",
+        ),
+        entry(
+            "syntax-error",
+            "A change that does not compile",
+            "#define RECV_BUF 1024\n",
+            "#define RECV_BUF 1024 +\n",
+        ),
+    ]
+}
+
+/// The recorded run (made once per test binary, under the measuring lock),
+/// and a guard that releases it.
+fn recorded() -> (&'static Recorded, Release) {
+    let r = RECORDED.get_or_init(|| {
+        let repo = fixture_repo_with_spin("", &planted_playbook(), 160_000);
+        let root = repo.keep();
+        // Profiles on, so the report has real ones to draw.
+        let config = root.join("harness.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(&config, text.replace("profile = false", "profile = true")).unwrap();
+        git(
+            &root,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qam",
+                "profile the champions",
+            ],
+        );
+        let out = ratchet_run(&root, &[], &[]);
+        assert!(
+            out.status.success(),
+            "the recorded run failed: {}",
+            show(&out)
+        );
+        let (id, run_dir) = only_run(&root);
+        assert_eq!(
+            verdicts(&run_dir),
+            ["keep", "keep", "discard", "build_failed"],
+            "the planted run did not come out as planted: {}",
+            show(&out)
+        );
+        Recorded { root, id }
+    });
+    (r, Release)
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn ratchet_in(root: &Path, args: &[&str]) -> Output {
+    Command::new(ratchet())
+        .arg("--config")
+        .arg(root.join("harness.toml"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_of(root: &Path, args: &[&str]) -> Value {
+    let out = ratchet_in(root, args);
+    assert!(
+        out.status.success(),
+        "ratchet {args:?} failed: {}",
+        show(&out)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("ratchet {args:?} printed no JSON ({e}): {}", show(&out)))
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn log_reads_the_lineage_from_git_and_every_attempt_from_its_ref() {
+    let _g = exclusive();
+    let (r, _release) = recorded();
+    let h = json_of(&r.root, &["log", &r.id, "--all", "--json"]);
+    assert_eq!(h["source"], "git");
+    assert_eq!(h["warnings"].as_array().unwrap().len(), 0, "{h}");
+    let lineage = h["lineage"].as_array().unwrap();
+    let branch = format!("ratchet/{}", r.id);
+    let commits = git(
+        &r.root,
+        &["rev-list", "--reverse", &format!("main..{branch}")],
+    );
+    let commits: Vec<&str> = commits.lines().collect();
+    assert_eq!(lineage.len(), 1 + commits.len());
+    assert_eq!(lineage[0]["attempt"], 0);
+    assert_eq!(
+        lineage[0]["commit"].as_str().unwrap(),
+        git(&r.root, &["rev-parse", "main"])
+    );
+    let mut product = 1.0;
+    for (step, commit) in lineage[1..].iter().zip(&commits) {
+        assert_eq!(step["commit"].as_str().unwrap(), *commit);
+        let subject = git(&r.root, &["log", "-1", "--format=%s", commit]);
+        assert_eq!(step["hypothesis"].as_str().unwrap(), subject);
+        let ratio = f(&step["ratio"]);
+        assert!(ratio < 0.7, "a planted keep has ratio {ratio}");
+        let [lo, hi] = [f(&step["ci95"][0]), f(&step["ci95"][1])];
+        assert!(lo <= ratio && ratio <= hi);
+        product *= ratio;
+        assert!((f(&step["cumulative"]) - product).abs() < 1e-3);
+        assert!(step["vs_control"].is_number());
+    }
+    assert_eq!(
+        lineage
+            .iter()
+            .map(|s| s["attempt"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    let attempts = h["attempts"].as_array().unwrap();
+    let verdicts: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts, ["keep", "keep", "discard", "build_failed"]);
+    for a in attempts {
+        let reference = a["attempt_ref"].as_str().unwrap();
+        assert_eq!(
+            a["ref_commit"].as_str().unwrap(),
+            git(&r.root, &["rev-parse", reference])
+        );
+    }
+    // The table says the same for a person.
+    let out = ratchet_in(&r.root, &["log", "--all"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        text.contains(&format!("lineage from branch {branch}")),
+        "{text}"
+    );
+    assert!(text.contains("build_failed") && text.contains("Busy-wait before every recv"));
+    // A run that does not exist is named.
+    let out = ratchet_in(&r.root, &["log", "no-such-run"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no run \"no-such-run\""));
+}
+
+#[test]
+fn replay_on_a_clone_rebuilds_from_the_journal_and_reproduces_the_keeps() {
+    let _g = exclusive();
+    let (r, _release) = recorded();
+    // Another machine: a clone of main has neither the run branch, nor its
+    // refs, nor their commits.
+    let clone = tempfile::tempdir().unwrap();
+    let copy = clone.path().join("repo");
+    git(
+        clone.path(),
+        &[
+            "clone",
+            "-q",
+            "--no-local",
+            "--single-branch",
+            "--branch",
+            "main",
+            r.root.to_str().unwrap(),
+            copy.to_str().unwrap(),
+        ],
+    );
+    let results = copy.join("results").join(&r.id);
+    std::fs::create_dir_all(&results).unwrap();
+    for name in ["run.json", "attempts.jsonl", "champion.json"] {
+        std::fs::copy(
+            r.root.join("results").join(&r.id).join(name),
+            results.join(name),
+        )
+        .unwrap();
+    }
+    let h = json_of(&copy, &["log", &r.id, "--json"]);
+    assert_eq!(h["source"], "journal");
+    assert!(h["lineage"][1]["commit"].is_null(), "{h}");
+
+    let rep = json_of(&copy, &["replay", &r.id, "--json"]);
+    let keeps = rep["keeps"].as_array().unwrap();
+    assert_eq!(keeps.len(), 2, "{rep}");
+    for k in keeps {
+        assert_eq!(k["reproduced"], true, "keep not reproduced: {k}");
+        assert_eq!(k["replayed"]["verdict"], "better");
+    }
+    let vs_start = f(&rep["champion"]["vs_start"]["ratio_median"]);
+    assert!(vs_start < 0.5, "the champion against the start: {vs_start}");
+    assert!(rep["champion"]["vs_control"]["ratio_median"].is_number());
+    // Both fingerprints are kept; raw costs are per machine.
+    assert!(rep["recorded_fingerprint"]["kernel"].is_string());
+    assert!(rep["fingerprint"]["kernel"].is_string());
+    assert_eq!(
+        rep["arms"].as_array().unwrap().len(),
+        4,
+        "start, #1, #2, control"
+    );
+    let stored = std::fs::read_dir(results.join("replays")).unwrap().count();
+    assert_eq!(stored, 1, "the replay is recorded beside the run");
+}
+
+#[test]
+fn replay_decisions_finds_a_planted_disagreement() {
+    let _g = exclusive();
+    let (r, _release) = recorded();
+    // Plant it: the journal now claims attempt 4 compiled and was discarded.
+    let original = r.root.join("results").join(&r.id);
+    let planted_id = format!("{}-planted", r.id);
+    let planted = r.root.join("results").join(&planted_id);
+    std::fs::create_dir_all(&planted).unwrap();
+    for name in ["run.json", "champion.json"] {
+        std::fs::copy(original.join(name), planted.join(name)).unwrap();
+    }
+    let lines: Vec<String> = std::fs::read_to_string(original.join("attempts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut a: Value = serde_json::from_str(l).unwrap();
+            if a["number"] == 4 {
+                a["verdict"] = "discard".into();
+            }
+            serde_json::to_string(&a).unwrap()
+        })
+        .collect();
+    std::fs::write(planted.join("attempts.jsonl"), lines.join("\n") + "\n").unwrap();
+
+    let out = ratchet_in(&r.root, &["replay", &planted_id, "--decisions"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        text.contains("1 decisions differ: #4 (recorded discard, now build_failed)"),
+        "{text}"
+    );
+    let record: Value = {
+        let dir = planted.join("replays");
+        let file = std::fs::read_dir(&dir)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
+    };
+    let decisions = record["decisions"].as_array().unwrap();
+    let now: Vec<&str> = decisions
+        .iter()
+        .map(|d| d["replayed"].as_str().unwrap())
+        .collect();
+    assert_eq!(now, ["keep", "keep", "discard", "build_failed"], "{record}");
+    let agrees: Vec<bool> = decisions
+        .iter()
+        .map(|d| d["agrees"].as_bool().unwrap())
+        .collect();
+    assert_eq!(agrees, [true, true, true, false]);
+}
+
+/// Pixels of `rgb` (within 2 per channel) in a decoded RGBA or RGB image.
+fn pixels_of(data: &[u8], channels: usize, rgb: [u8; 3]) -> usize {
+    data.chunks(channels)
+        .filter(|p| (0..3).all(|i| p[i].abs_diff(rgb[i]) <= 2))
+        .count()
+}
+
+fn chromium() -> String {
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        if Command::new(name)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return name.into();
+        }
+    }
+    panic!("no headless Chromium to check the report with: run scripts/setup.sh --with-chromium (Debian package chromium)");
+}
+
+fn headless(args: &[&str], page: &Path) -> Output {
+    Command::new("timeout")
+        .arg("120")
+        .arg(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            std::env::temp_dir()
+                .join(format!("ratchet-chromium-{}", std::process::id()))
+                .display()
+        ))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_report_is_self_contained_and_every_chart_is_drawn() {
+    let _g = exclusive();
+    let (r, _release) = recorded();
+    let out = ratchet_in(&r.root, &["report", &r.id]);
+    assert!(out.status.success(), "{}", show(&out));
+    let path = r.root.join("results").join(&r.id).join("report.html");
+    let html = std::fs::read_to_string(&path).unwrap();
+    for section in ["cost", "ratios", "control", "profile"] {
+        let start = html
+            .find(&format!("<section id=\"{section}\">"))
+            .unwrap_or_else(|| panic!("no section {section}"));
+        let end = start + html[start..].find("</section>").unwrap();
+        assert_eq!(
+            html[start..end].matches("<svg class=\"chart\"").count(),
+            1,
+            "section {section} has one chart"
+        );
+    }
+    assert!(!html.contains("<script"), "no script");
+    let outside = html
+        .replace("http://www.w3.org/2000/svg", "")
+        .matches("http")
+        .count();
+    assert_eq!(outside, 0, "nothing is fetched from anywhere");
+    assert_eq!(html.matches("<tr id=\"attempt-").count(), 4);
+    assert!(html.contains("Remove the busy-wait from the accept path"));
+    assert!(html.contains("-\tslow_down();"), "the kept diff is shown");
+    assert!(
+        !html.contains("no profile recorded"),
+        "the baseline and champion profiles are drawn"
+    );
+
+    // A real browser parses it into four charts...
+    let dom = headless(&["--dump-dom"], &path);
+    let dom_text = String::from_utf8_lossy(&dom.stdout);
+    assert_eq!(
+        dom_text.matches("<svg class=\"chart\"").count(),
+        4,
+        "chromium --dump-dom: {}",
+        show(&dom)
+    );
+    // ...and draws each one: every chart's own ink is on the screen, and
+    // legend swatches are translucent, so those pixels are data marks.
+    let shot = std::env::temp_dir().join(format!("ratchet-report-{}.png", std::process::id()));
+    let out = headless(
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1150,3000",
+        ],
+        &path,
+    );
+    assert!(shot.exists(), "no screenshot: {}", show(&out));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let image = &buf[..info.buffer_size()];
+    std::fs::remove_file(&shot).ok();
+    for (chart, rgb) in [
+        ("cost staircase", [0x21, 0x66, 0xac]),
+        ("ratio intervals", [0x5e, 0x3c, 0x99]),
+        ("champion against the control", [0xe7, 0x29, 0x8a]),
+        ("baseline profile", [0xe6, 0xab, 0x02]),
+        ("champion profile", [0x66, 0xa6, 0x1e]),
+    ] {
+        let n = pixels_of(image, channels, rgb);
+        assert!(n >= 30, "{chart}: only {n} pixels drawn");
+    }
+}
+
+#[test]
+fn ablate_reports_the_planted_useless_change_as_contributing_nothing() {
+    let _g = exclusive();
+    let (r, _release) = recorded();
+    let a = json_of(&r.root, &["ablate", &r.id, "--json"]);
+    let c = a["contributions"].as_array().unwrap();
+    assert_eq!(c.len(), 2, "{a}");
+    assert_eq!(c[0]["attempt"], 1);
+    assert_eq!(c[0]["finding"], "nothing measurable", "{a}");
+    assert!(
+        c[0]["note"].as_str().unwrap().contains("helped when kept"),
+        "{a}"
+    );
+    let useless = f(&c[0]["in_final"]["ratio_median"]);
+    assert!((0.8..1.25).contains(&useless), "{useless}");
+    assert_eq!(c[1]["attempt"], 2);
+    assert_eq!(c[1]["finding"], "contributes", "{a}");
+    let pairs = a["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 1);
+    assert_eq!(pairs[0]["interacts"], true, "{a}");
+    assert!(f(&pairs[0]["factor"]) > 1.3, "{a}");
+    assert!(pairs[0]["description"]
+        .as_str()
+        .unwrap()
+        .starts_with("overlap"));
+}
+
+#[test]
+fn sweep_measures_every_arm_at_every_level_and_draws_the_curves() {
+    let _g = exclusive();
+    let repo = fixture_repo("", &[]);
+    let root = repo.path();
+    let s = json_of(
+        root,
+        &[
+            "sweep",
+            "treatment",
+            "control",
+            "--connections",
+            "8,32",
+            "--blocks",
+            "2",
+            "--window-ms",
+            "400",
+            "--warmup-ms",
+            "150",
+            "--json",
+        ],
+    );
+    let levels = s["levels"].as_array().unwrap();
+    assert_eq!(
+        levels
+            .iter()
+            .map(|l| l["connections"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [8, 32]
+    );
+    for l in levels {
+        let arms = l["arms"].as_array().unwrap();
+        assert_eq!(arms.len(), 2);
+        for a in arms {
+            assert_eq!(a["gate"]["passed"], true, "{a}");
+            assert!(f(&a["cost_per_connection"]["median"]) > 0.0);
+            assert!(f(&a["throughput_cps"]) > 0.0);
+            assert!(f(&a["latency_us"]["p99"]) > 0.0);
+        }
+        for limit in l["limits"].as_array().unwrap() {
+            assert!(["generator", "server", "neither"].contains(&limit.as_str().unwrap()));
+        }
+        assert!(l["comparisons"][0]["ratio_median"].is_number());
+    }
+    let sweeps: Vec<PathBuf> = std::fs::read_dir(root.join("results/sweeps"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let svg = sweeps
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "svg"))
+        .expect("a chart is written");
+    let text = std::fs::read_to_string(svg).unwrap();
+    assert_eq!(
+        text.matches("<svg class=\"chart\"").count(),
+        3,
+        "cost, throughput, p99"
+    );
+    // A bad level is named before anything runs.
+    let out = ratchet_in(root, &["sweep", "treatment", "--connections", "8,0"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("load.connections"),
+        "{}",
+        show(&out)
+    );
+}
