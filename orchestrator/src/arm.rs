@@ -9,6 +9,7 @@ use crate::build;
 use crate::config::Config;
 use crate::gitops;
 use crate::launch::ServerCommand;
+use crate::lineage::{Lineage, RecordedRun, Trees};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArmSpec {
@@ -20,6 +21,8 @@ pub enum ArmSpec {
     Rev(String),
     /// Any prebuilt server, run through `sh -c`; ratchet appends `--port N`.
     Cmd(String),
+    /// The final champion of a recorded run, from git or rebuilt from its journal.
+    Champion(String),
 }
 
 impl ArmSpec {
@@ -29,8 +32,9 @@ impl ArmSpec {
             "treatment" => ArmSpec::Treatment,
             _ if s.starts_with("rev:") && s.len() > 4 => ArmSpec::Rev(s[4..].to_string()),
             _ if s.starts_with("cmd:") && !s[4..].trim().is_empty() => ArmSpec::Cmd(s[4..].to_string()),
+            _ if s.starts_with("champion:") && s.len() > 9 => ArmSpec::Champion(s[9..].to_string()),
             _ => bail!(
-                "unknown arm {s:?}: expected control, treatment, rev:<git-rev> or cmd:<command line>"
+                "unknown arm {s:?}: expected control, treatment, rev:<git-rev>, champion:<run-id> or cmd:<command line>"
             ),
         })
     }
@@ -153,6 +157,15 @@ impl Workspace {
                 gitops::export_subtree(&self.root, &rev, &self.config.paths.treatment, tmp.path())?;
                 built(self.build_treatment_at(tmp.path())?)
             }
+            ArmSpec::Champion(run_id) => {
+                let repo = git2::Repository::open(&self.root)?;
+                let results = self.root.join(&self.config.paths.results);
+                let run = RecordedRun::open(&results, Some(&run_id))?;
+                let lineage = Lineage::read(&repo, &run)?;
+                let trees = Trees::new(&repo).of_lineage(&run, &lineage)?;
+                let tree = *trees.last().expect("a lineage has its base");
+                self.prepare_tree(&repo, tree, label)?
+            }
             ArmSpec::Cmd(line) => Arm {
                 label: label.to_string(),
                 command: ServerCommand {
@@ -183,11 +196,15 @@ mod tests {
             ArmSpec::parse("cmd:./srv --fast").unwrap(),
             ArmSpec::Cmd("./srv --fast".into())
         );
+        assert_eq!(
+            ArmSpec::parse("champion:20261202-145836").unwrap(),
+            ArmSpec::Champion("20261202-145836".into())
+        );
     }
 
     #[test]
     fn rejects_unknown_and_empty_arms() {
-        for bad in ["", "rev:", "cmd:  ", "treatmnet"] {
+        for bad in ["", "rev:", "cmd:  ", "champion:", "treatmnet"] {
             let err = ArmSpec::parse(bad).unwrap_err().to_string();
             assert!(err.contains("expected control"), "{bad}: {err}");
         }

@@ -484,6 +484,81 @@ mod tests {
         );
     }
 
+    /// A repository with one commit of `t/s.c`, and a way to make trees.
+    fn repo_with(text: &str) -> (tempfile::TempDir, git2::Repository, git2::Oid) {
+        let d = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(d.path()).unwrap();
+        let tree = tree_of(&repo, text);
+        let sig = git2::Signature::now("t", "t@t").unwrap();
+        let t = repo.find_tree(tree).unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "base", &t, &[])
+            .unwrap();
+        drop(t);
+        (d, repo, tree)
+    }
+
+    fn tree_of(repo: &git2::Repository, text: &str) -> git2::Oid {
+        let blob = repo.blob(text.as_bytes()).unwrap();
+        let mut inner = repo.treebuilder(None).unwrap();
+        inner.insert("s.c", blob, 0o100644).unwrap();
+        let inner = inner.write().unwrap();
+        let mut outer = repo.treebuilder(None).unwrap();
+        outer.insert("t", inner, 0o040000).unwrap();
+        outer.write().unwrap()
+    }
+
+    fn diff(repo: &git2::Repository, a: git2::Oid, b: git2::Oid) -> String {
+        let (a, b) = (repo.find_tree(a).unwrap(), repo.find_tree(b).unwrap());
+        let d = repo.diff_tree_to_tree(Some(&a), Some(&b), None).unwrap();
+        crate::gitops::patch_text(&d).unwrap()
+    }
+
+    fn text_at(repo: &git2::Repository, tree: git2::Oid) -> String {
+        let t = repo.find_tree(tree).unwrap();
+        let e = t.get_path(Path::new("t/s.c")).unwrap();
+        String::from_utf8(repo.find_blob(e.id()).unwrap().content().to_vec()).unwrap()
+    }
+
+    const LINES: &str = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n";
+
+    #[test]
+    fn a_recorded_diff_rebuilds_the_same_tree_and_is_verified() {
+        let (_d, repo, base) = repo_with(LINES);
+        let changed = tree_of(&repo, &LINES.replace("c\n", "C\n"));
+        let patch = diff(&repo, base, changed);
+        let rebuilt = apply(&repo, base, &patch).unwrap();
+        assert_eq!(rebuilt, changed);
+        verify_post_image(&repo, rebuilt, &patch).unwrap();
+        // A diff whose recorded blob id does not match what it builds is caught.
+        let forged = patch.replace("C\n", "X\n");
+        let other = apply(&repo, base, &forged).unwrap();
+        let e = verify_post_image(&repo, other, &forged).unwrap_err();
+        assert!(e.to_string().contains("t/s.c"), "{e}");
+    }
+
+    #[test]
+    fn a_diff_that_does_not_fit_is_an_error() {
+        let (_d, repo, base) = repo_with(LINES);
+        let changed = tree_of(&repo, &LINES.replace("c\n", "C\n"));
+        let patch = diff(&repo, base, changed);
+        let elsewhere = tree_of(&repo, "something else entirely\n");
+        assert!(apply(&repo, elsewhere, &patch).is_err());
+    }
+
+    #[test]
+    fn carry_over_reverts_a_change_next_to_a_later_one_and_names_conflicts() {
+        let (_d, repo, base) = repo_with(LINES);
+        let first = tree_of(&repo, &LINES.replace("b\n", "B\n"));
+        let second = tree_of(&repo, &LINES.replace("b\n", "B\n").replace("e\n", "E\n"));
+        // Revert the first change from the second: base = first, theirs = before it.
+        let reverted = carry_over(&repo, first, second, base).unwrap();
+        assert_eq!(text_at(&repo, reverted), LINES.replace("e\n", "E\n"));
+        // A later change to the same line conflicts, and the file is named.
+        let rewritten = tree_of(&repo, &LINES.replace("b\n", "BB\n"));
+        let e = carry_over(&repo, first, rewritten, base).unwrap_err();
+        assert!(e.to_string().contains("t/s.c"), "{e}");
+    }
+
     #[test]
     fn missing_vs_control_is_none() {
         let s = step_from_commit("a", "x\n\nRatchet-Attempt: 1\nRatchet-Vs-Control: -\n").unwrap();

@@ -217,7 +217,7 @@ impl MeasureArgs {
 
 #[derive(Args)]
 struct CompareArgs {
-    /// Arms: control, treatment, rev:<git-rev>, cmd:<command line>. The first is the baseline.
+    /// Arms: control, treatment, rev:<git-rev>, champion:<run-id>, cmd:<command line>. The first is the baseline.
     #[arg(required = true, num_args = 2..)]
     arms: Vec<String>,
     #[command(flatten)]
