@@ -32,6 +32,28 @@ pub struct Contribution {
     pub note: Option<String>,
 }
 
+impl Contribution {
+    /// attempt, ratio when kept with its interval, ratio in the final
+    /// champion with its interval, finding: the row both renderings show.
+    pub fn cells(&self) -> [String; 4] {
+        let f = self.in_final.as_ref();
+        [
+            self.attempt.to_string(),
+            format!(
+                "{} {}",
+                fmt_ratio(self.recorded_ratio),
+                fmt_ci(self.recorded_ci95)
+            ),
+            format!(
+                "{} {}",
+                fmt_ratio(f.and_then(|f| f.ratio_median)),
+                fmt_ci(f.and_then(|f| f.ratio_ci95))
+            ),
+            self.finding.clone(),
+        ]
+    }
+}
+
 /// Whether two kept changes interact in the final combination.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Interaction {
@@ -261,30 +283,22 @@ impl Ablation<'_> {
 pub fn render(r: &AblationRecord) -> String {
     let mut s = format!(
         "ablation of run {}'s champion (attempt {}): {} blocks; threshold {:.1}%; meter in {}\n\
-         ratio in final = cost(champion) / cost(champion without the change); < 1: the change helps\n\n\
-         {:>7}  {:>8} {:<16}  {:>8} {:<16}  {:<20} hypothesis\n",
+         ratio = cost(champion) / cost(champion without the change); < 1: the change helps\n\n\
+         {:>7}  {:<23}  {:<23}  {:<20} hypothesis\n",
         r.run_id,
         r.champion_attempt,
         r.blocks,
         r.threshold * 100.0,
         r.unit,
         "attempt",
-        "when kept",
-        "CI95",
-        "in final",
-        "CI95",
-        "finding"
+        "when kept [CI95]",
+        "in final [CI95]",
+        "finding",
     );
     for c in &r.contributions {
-        let f = c.in_final.as_ref();
+        let [n, kept, now, finding] = c.cells();
         s += &format!(
-            "{:>7}  {:>8} {:<16}  {:>8} {:<16}  {:<20} {}\n",
-            c.attempt,
-            fmt_ratio(c.recorded_ratio),
-            fmt_ci(c.recorded_ci95),
-            fmt_ratio(f.and_then(|f| f.ratio_median)),
-            fmt_ci(f.and_then(|f| f.ratio_ci95)),
-            c.finding,
+            "{n:>7}  {kept:<23}  {now:<23}  {finding:<20} {}\n",
             c.hypothesis
         );
         if let Some(n) = &c.note {

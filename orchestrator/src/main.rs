@@ -86,10 +86,13 @@ struct SweepArgs {
     /// Connections in flight at each level, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
     connections: Vec<usize>,
+    /// Blocks per level (each runs every arm once).
     #[arg(long)]
     blocks: Option<usize>,
+    /// The measured window of each trial, in ms.
     #[arg(long)]
     window_ms: Option<u64>,
+    /// The unscored warm-up of each trial, in ms.
     #[arg(long)]
     warmup_ms: Option<u64>,
     /// Where to write the chart (default: results/sweeps/<time>.svg).
@@ -105,11 +108,18 @@ struct SweepArgs {
 
 #[derive(Args)]
 struct AblateArgs {
-    /// The run id (a directory of results/).
-    run: String,
+    #[command(flatten)]
+    recorded: RecordedArgs,
     /// Leave out the pairs (each pair of kept changes reverted together).
     #[arg(long)]
     no_pairs: bool,
+}
+
+/// What every command that re-measures a recorded run takes.
+#[derive(Args)]
+struct RecordedArgs {
+    /// The run id (a directory of results/).
+    run: String,
     /// Seed for the order of arms inside blocks.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -123,20 +133,11 @@ struct AblateArgs {
 
 #[derive(Args)]
 struct ReplayArgs {
-    /// The run id (a directory of results/).
-    run: String,
+    #[command(flatten)]
+    recorded: RecordedArgs,
     /// Also re-apply every recorded attempt in order and decide it again.
     #[arg(long)]
     decisions: bool,
-    /// Seed for the order of arms inside blocks.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print the JSON document on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Overrides of the recorded run's settings (blocks default to the run's own).
-    #[command(flatten)]
-    measure: MeasureArgs,
 }
 
 #[derive(Args)]
@@ -179,14 +180,19 @@ struct RunArgs {
 /// Measurement settings that override harness.toml for one command.
 #[derive(Args)]
 struct MeasureArgs {
+    /// Blocks per measurement (each runs every arm once).
     #[arg(long)]
     blocks: Option<usize>,
+    /// The measured window of each trial, in ms.
     #[arg(long)]
     window_ms: Option<u64>,
+    /// The unscored warm-up of each trial, in ms.
     #[arg(long)]
     warmup_ms: Option<u64>,
+    /// Connections in flight.
     #[arg(long)]
     connections: Option<usize>,
+    /// The smallest improvement that counts (0.03 = 3%).
     #[arg(long)]
     threshold: Option<f64>,
 }
@@ -374,53 +380,67 @@ fn store(dir: &Path, value: &impl serde::Serialize) -> Result<PathBuf> {
     Ok(path)
 }
 
-fn replay(cli: &Cli, args: &ReplayArgs) -> Result<()> {
+/// Opens a recorded run, re-measures it with `measure`, stores the record
+/// under `results/<run>/<kind>/` and prints it.
+fn remeasure<T: serde::Serialize>(
+    cli: &Cli,
+    args: &RecordedArgs,
+    kind: &str,
+    measure: impl FnOnce(&Session, &git2::Repository, &lineage::RecordedRun) -> Result<T>,
+    render: impl FnOnce(&T) -> String,
+) -> Result<()> {
     let (repo, _, results) = results_of(cli)?;
     let run = lineage::RecordedRun::open(&results, Some(&args.run))?;
     let config = recorded_settings(cli, &run, &args.measure)?;
-    let session = Session::open(&cli.config, config, "replay")?;
-    let record = replay::Replayer {
-        session: &session,
-        repo: &repo,
-        run: &run,
-        seed: args.seed,
-    }
-    .replay(args.decisions)?;
-    let path = store(&run.dir.join("replays"), &record)?;
+    let session = Session::open(&cli.config, config, kind)?;
+    let record = measure(&session, &repo, &run)?;
+    let path = store(&run.dir.join(kind), &record)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else {
-        print!("{}", replay::render(&record));
-        println!(
-            "
-recorded in {}",
-            path.display()
-        );
+        print!("{}", render(&record));
+        println!("\nrecorded in {}", path.display());
     }
     Ok(())
 }
 
+fn replay(cli: &Cli, args: &ReplayArgs) -> Result<()> {
+    let r = &args.recorded;
+    remeasure(
+        cli,
+        r,
+        "replays",
+        |session, repo, run| {
+            replay::Replayer {
+                session,
+                repo,
+                run,
+                seed: r.seed,
+            }
+            .replay(args.decisions)
+        },
+        replay::render,
+    )
+}
+
 fn ablate(cli: &Cli, args: &AblateArgs) -> Result<()> {
-    let (repo, _, results) = results_of(cli)?;
-    let run = lineage::RecordedRun::open(&results, Some(&args.run))?;
-    let config = recorded_settings(cli, &run, &args.measure)?;
-    let session = Session::open(&cli.config, config, "ablate")?;
-    let record = ablate::Ablation {
-        session: &session,
-        repo: &repo,
-        run: &run,
-        seed: args.seed,
-        pairs: !args.no_pairs,
-    }
-    .run()?;
-    let path = store(&run.dir.join("ablations"), &record)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&record)?);
-    } else {
-        print!("{}", ablate::render(&record));
-        println!("\nrecorded in {}", path.display());
-    }
-    Ok(())
+    let r = &args.recorded;
+    remeasure(
+        cli,
+        r,
+        "ablations",
+        |session, repo, run| {
+            ablate::Ablation {
+                session,
+                repo,
+                run,
+                seed: r.seed,
+                pairs: !args.no_pairs,
+            }
+            .run()
+        },
+        ablate::render,
+    )
 }
 
 fn sweep(cli: &Cli, args: &SweepArgs) -> Result<()> {

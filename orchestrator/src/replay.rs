@@ -38,6 +38,29 @@ pub struct KeepReplay {
     pub reproduced: bool,
 }
 
+impl KeepReplay {
+    /// attempt, recorded ratio and interval, replayed ratio and interval,
+    /// verdict, reproduced: the row both renderings show.
+    pub fn cells(&self) -> [String; 6] {
+        [
+            self.attempt.to_string(),
+            format!(
+                "{} {}",
+                fmt_ratio(self.recorded_ratio),
+                fmt_ci(self.recorded_ci95)
+            ),
+            format!(
+                "{} {}",
+                fmt_ratio(self.replayed.ratio_median),
+                fmt_ci(self.replayed.ratio_ci95)
+            ),
+            self.replayed.verdict.name().to_string(),
+            if self.reproduced { "yes" } else { "NO" }.to_string(),
+            self.hypothesis.clone(),
+        ]
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FinalReplay {
     /// Product of the recorded kept ratios.
@@ -242,10 +265,19 @@ impl Replayer<'_> {
             }
             // The attempt as recorded, carried over to this replay's champion
             // when an earlier decision came out differently.
-            let tree = lineage
+            let base = lineage
                 .steps
                 .iter()
-                .position(|s| s.recorded_commit == a.champion)
+                .position(|s| s.recorded_commit == a.champion);
+            // Made against a champion this replay did not keep: say so, since
+            // the decision then answers a different question.
+            let carried = base.filter(|&i| trees[i] != champion_tree).map(|i| {
+                match lineage.steps[i].attempt {
+                    0 => "recorded against the start, which this replay replaced".to_string(),
+                    n => format!("recorded against champion #{n}, which this replay did not keep"),
+                }
+            });
+            let tree = base
                 .context("the attempt's champion is not in the lineage")
                 .and_then(|i| {
                     let attempt = Trees::new(self.repo).of_attempt(self.run, a, trees[i])?;
@@ -260,10 +292,10 @@ impl Replayer<'_> {
                 Ok(t) if t == champion_tree => Outcome::Ended("no_op", None),
                 Ok(t) => self.decide(a.number, t, &champion, settings, &mut d)?,
             };
-            match outcome {
+            let note = match outcome {
                 Outcome::Ended(v, note) => {
                     d.replayed = v.into();
-                    d.note = note;
+                    note
                 }
                 Outcome::Kept(tree, arm) => {
                     d.replayed = "keep".into();
@@ -272,8 +304,13 @@ impl Replayer<'_> {
                         label: "champion".into(),
                         ..arm
                     };
+                    None
                 }
-            }
+            };
+            d.note = match (carried, note) {
+                (Some(c), Some(n)) => Some(format!("{c}: {n}")),
+                (c, n) => c.or(n),
+            };
             d.agrees = Some(d.replayed == d.recorded);
             out.push(d);
         }
@@ -380,20 +417,13 @@ pub fn render(r: &ReplayRecord) -> String {
         }
     }
     s += &format!(
-        "\neach keep against its predecessor, side by side:\n{:>7}  {:>6} {:<16}  {:>6} {:<16}  {:<8} {}\n",
-        "attempt", "rec.", "recorded CI95", "now", "CI95 now", "verdict", "reproduced"
+        "\neach keep against its predecessor, side by side:\n{:>7}  {:<23}  {:<23}  {:<8} {:<10} hypothesis\n",
+        "attempt", "recorded [CI95]", "now [CI95]", "verdict", "reproduced"
     );
     for k in &r.keeps {
+        let [n, recorded, now, verdict, reproduced, hypothesis] = k.cells();
         s += &format!(
-            "{:>7}  {:>6} {:<16}  {:>6} {:<16}  {:<8} {}   {}\n",
-            k.attempt,
-            fmt_ratio(k.recorded_ratio),
-            fmt_ci(k.recorded_ci95),
-            fmt_ratio(k.replayed.ratio_median),
-            fmt_ci(k.replayed.ratio_ci95),
-            k.replayed.verdict.name(),
-            if k.reproduced { "yes" } else { "NO" },
-            k.hypothesis
+            "{n:>7}  {recorded:<23}  {now:<23}  {verdict:<8} {reproduced:<10} {hypothesis}\n"
         );
     }
     let reproduced = r.keeps.iter().filter(|k| k.reproduced).count();

@@ -1,16 +1,19 @@
 //! `ratchet report`: one self-contained HTML file per run (inline SVG, no
 //! script, nothing fetched), for a reviewer who was not there: what was tried,
 //! what each attempt cost, how sure each verdict was, where the champion
-//! stands against the control, and where its CPU time goes.
+//! stands against the control, where its CPU time goes, and, once the run
+//! has been replayed or ablated, whether its keeps held up.
 
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::ablate::AblationRecord;
 use crate::history::{fmt_ci, fmt_ratio};
 use crate::lineage::{Lineage, RecordedRun, Source};
 use crate::profile::Profile;
+use crate::replay::ReplayRecord;
 use crate::svg::{escape, range, Chart, Marker};
 
 pub const KEPT: &str = "#1b9e77";
@@ -425,6 +428,121 @@ fn facts(run: &RecordedRun) -> String {
     s + "</table>"
 }
 
+/// One table row, every cell escaped.
+fn html_row(cells: &[String]) -> String {
+    let mut s = String::from("<tr>");
+    for c in cells {
+        let _ = write!(s, "<td>{}</td>", escape(c));
+    }
+    s + "</tr>"
+}
+
+/// The newest record of a review command (`replays`, `ablations`) beside the run.
+fn latest<T: serde::de::DeserializeOwned>(run: &RecordedRun, kind: &str) -> Option<(String, T)> {
+    let mut files: Vec<_> = std::fs::read_dir(run.dir.join(kind))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    let path = files.pop()?;
+    let text = std::fs::read_to_string(&path).ok()?;
+    let name = path.file_name()?.to_string_lossy().to_string();
+    serde_json::from_str(&text).ok().map(|v| (name, v))
+}
+
+fn replay_section(run: &RecordedRun) -> Option<String> {
+    let (name, r): (String, ReplayRecord) = latest(run, "replays")?;
+    let mut s = format!(
+        "<section id=\"replay\"><h2>Replayed</h2><p class=\"note\">The newest replay ({}), {} blocks: \
+         each keep measured again against its predecessor, side by side. Ratios only: raw costs from \
+         different machines are not compared.</p>",
+        escape(&name),
+        r.blocks
+    );
+    if !r.fingerprint_differences.is_empty() {
+        let _ = write!(
+            s,
+            "<p class=\"note\">Fingerprint differences: {}</p>",
+            escape(&r.fingerprint_differences.join("; "))
+        );
+    }
+    s += "<table><thead><tr><th>attempt</th><th>recorded</th><th>replayed</th><th>verdict</th>\
+          <th>reproduced</th><th>hypothesis</th></tr></thead><tbody>";
+    for k in &r.keeps {
+        s += &html_row(&k.cells());
+    }
+    let c = &r.champion;
+    let _ = write!(
+        s,
+        "</tbody></table><p>Final champion now: {} {} of the start (recorded {:.3}), {} {} of the control \
+         (recorded {}).</p>",
+        fmt_ratio(c.vs_start.ratio_median),
+        fmt_ci(c.vs_start.ratio_ci95),
+        c.recorded_vs_start,
+        fmt_ratio(c.vs_control.ratio_median),
+        fmt_ci(c.vs_control.ratio_ci95),
+        fmt_ratio(c.recorded_vs_control)
+    );
+    if let Some(ds) = &r.decisions {
+        let differ: Vec<String> = ds
+            .iter()
+            .filter(|d| d.agrees == Some(false))
+            .map(|d| {
+                format!(
+                    "#{} (recorded {}, now {})",
+                    d.attempt, d.recorded, d.replayed
+                )
+            })
+            .collect();
+        let _ = write!(
+            s,
+            "<p>Decisions re-made in order: {} of {} agree{}</p>",
+            ds.iter().filter(|d| d.agrees == Some(true)).count(),
+            ds.iter().filter(|d| d.agrees.is_some()).count(),
+            if differ.is_empty() {
+                String::new()
+            } else {
+                format!("; differing: {}", escape(&differ.join(", ")))
+            }
+        );
+    }
+    Some(s + "</section>")
+}
+
+fn ablation_section(run: &RecordedRun) -> Option<String> {
+    let (name, a): (String, AblationRecord) = latest(run, "ablations")?;
+    let mut s = format!(
+        "<section id=\"ablation\"><h2>Ablation</h2><p class=\"note\">The newest ablation ({}), {} blocks: \
+         each kept change reverted from the final champion. Ratio = cost(champion) / cost(without it).</p>\
+         <table><thead><tr><th>attempt</th><th>when kept</th><th>in the final champion</th><th>finding</th>\
+         <th>hypothesis</th></tr></thead><tbody>",
+        escape(&name),
+        a.blocks
+    );
+    for c in &a.contributions {
+        let mut cells = c.cells().to_vec();
+        if let Some(n) = &c.note {
+            cells[3] += &format!(" ({n})");
+        }
+        cells.push(c.hypothesis.clone());
+        s += &html_row(&cells);
+    }
+    s += "</tbody></table>";
+    for p in &a.pairs {
+        let _ = write!(
+            s,
+            "<p>#{} + #{}: factor {} {}: {}</p>",
+            p.attempts[0],
+            p.attempts[1],
+            fmt_ratio(p.factor),
+            fmt_ci(p.factor_ci95),
+            escape(&p.description)
+        );
+    }
+    Some(s + "</section>")
+}
+
 const CSS: &str = "body{font-family:sans-serif;max-width:1100px;margin:24px auto;color:#222;padding:0 12px}\
 h1{font-size:22px}h2{font-size:17px;margin-top:32px}table{border-collapse:collapse;width:100%;font-size:13px}\
 th,td{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}\
@@ -506,6 +624,8 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, profiles: &Path) -> String {
             escape(&note)
         );
     }
+    s += &replay_section(run).unwrap_or_default();
+    s += &ablation_section(run).unwrap_or_default();
     s += "<section id=\"lineage\"><h2>Champion lineage</h2>";
     s += &lineage_table(lineage);
     s += "</section><section id=\"attempts\"><h2>Every attempt</h2>";
