@@ -112,7 +112,7 @@ pub fn interaction(
 
 pub fn describe(factor: f64, interacts: bool) -> String {
     if !interacts {
-        "independent: removing both costs what the two removals predict".into()
+        "no interaction resolved: removing both costs about what the two removals predict".into()
     } else if factor > 1.0 {
         format!(
             "overlap: removing both costs {factor:.2}x what the single removals predict; \
@@ -356,7 +356,7 @@ mod tests {
         assert!((f[0] - 2.0).abs() < 1e-12);
         assert!(describe(f[0], true).starts_with("overlap"));
         assert!(describe(0.5, true).starts_with("synergy"));
-        assert!(describe(1.0, false).starts_with("independent"));
+        assert!(describe(1.0, false).starts_with("no interaction"));
     }
 
     fn cmp(median: f64, lo: f64, hi: f64) -> Comparison {

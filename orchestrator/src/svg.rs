@@ -10,6 +10,8 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 34.0;
 const BOTTOM: f64 = 48.0;
+/// The baseline of the first legend row.
+const LEGEND_Y: f64 = TOP + PLOT_H + BOTTOM + 8.0;
 
 /// Escapes text for HTML and SVG content and attributes.
 pub fn escape(s: &str) -> String {
@@ -231,9 +233,30 @@ impl Chart {
         );
     }
 
+    /// Where each legend entry goes: left to right, wrapping into rows that
+    /// fit the plot's width (text width estimated at 7 px a character).
+    fn legend_layout(&self) -> Vec<(f64, f64, &str, &str)> {
+        let (mut x, mut y) = (LEFT, LEGEND_Y);
+        let mut out = Vec::new();
+        for (color, label) in &self.legend {
+            let w = 30.0 + 7.0 * label.chars().count() as f64;
+            if x > LEFT && x + w > LEFT + PLOT_W {
+                x = LEFT;
+                y += 18.0;
+            }
+            out.push((x, y, color.as_str(), label.as_str()));
+            x += w;
+        }
+        out
+    }
+
     pub fn render(&self) -> String {
         let w = LEFT + PLOT_W + RIGHT;
-        let h = TOP + PLOT_H + BOTTOM + if self.legend.is_empty() { 0.0 } else { 20.0 };
+        let legend = self.legend_layout();
+        let rows = legend
+            .last()
+            .map_or(0.0, |(_, y, _, _)| (y - LEGEND_Y) / 18.0 + 1.0);
+        let h = TOP + PLOT_H + BOTTOM + rows * 18.0 + 4.0;
         let mut s = format!(
             r#"<svg class="chart" data-chart="{}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif">"#,
             escape(&self.id)
@@ -279,11 +302,9 @@ impl Chart {
             escape(&self.y_label)
         );
         s += &self.body;
-        let mut lx = LEFT;
-        let ly = TOP + PLOT_H + BOTTOM + 8.0;
         // Swatches are translucent, so a pixel of a chart's exact ink is
         // always a data mark (the report's rendering check relies on it).
-        for (color, label) in &self.legend {
+        for (lx, ly, color, label) in legend {
             let _ = write!(
                 s,
                 r##"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{color}" fill-opacity="0.8"/><text x="{:.1}" y="{ly:.1}" font-size="12" fill="#333">{}</text>"##,
@@ -291,7 +312,6 @@ impl Chart {
                 lx + 16.0,
                 escape(label)
             );
-            lx += 30.0 + 7.0 * label.chars().count() as f64;
         }
         s += "</svg>";
         s
