@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::{self, Fingerprint};
-use crate::history::{fmt_ci, fmt_ratio};
+use crate::history::{fmt_ci, fmt_estimate, fmt_ratio};
 use crate::lineage::{self, Lineage, RecordedRun, Trees};
 use crate::progress;
 use crate::session::Session;
@@ -39,16 +39,8 @@ impl Contribution {
         let f = self.in_final.as_ref();
         [
             self.attempt.to_string(),
-            format!(
-                "{} {}",
-                fmt_ratio(self.recorded_ratio),
-                fmt_ci(self.recorded_ci95)
-            ),
-            format!(
-                "{} {}",
-                fmt_ratio(f.and_then(|f| f.ratio_median)),
-                fmt_ci(f.and_then(|f| f.ratio_ci95))
-            ),
+            fmt_estimate(self.recorded_ratio, self.recorded_ci95),
+            fmt_estimate(f.and_then(|f| f.ratio_median), f.and_then(|f| f.ratio_ci95)),
             self.finding.clone(),
         ]
     }

@@ -91,6 +91,11 @@ pub fn fmt_ci(v: Option<[f64; 2]>) -> String {
     v.map_or("-".into(), |[l, h]| format!("[{l:.3}, {h:.3}]"))
 }
 
+/// A ratio with its interval, as `0.862 [0.820, 0.921]`.
+pub fn fmt_estimate(ratio: Option<f64>, ci: Option<[f64; 2]>) -> String {
+    format!("{} {}", fmt_ratio(ratio), fmt_ci(ci))
+}
+
 fn short(oid: &str) -> String {
     oid.chars().take(10).collect()
 }

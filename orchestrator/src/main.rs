@@ -86,15 +86,8 @@ struct SweepArgs {
     /// Connections in flight at each level, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
     connections: Vec<usize>,
-    /// Blocks per level (each runs every arm once).
-    #[arg(long)]
-    blocks: Option<usize>,
-    /// The measured window of each trial, in ms.
-    #[arg(long)]
-    window_ms: Option<u64>,
-    /// The unscored warm-up of each trial, in ms.
-    #[arg(long)]
-    warmup_ms: Option<u64>,
+    #[command(flatten)]
+    trial: TrialArgs,
     /// Where to write the chart (default: results/sweeps/<time>.svg).
     #[arg(long)]
     svg: Option<PathBuf>,
@@ -177,9 +170,9 @@ struct RunArgs {
     measure: MeasureArgs,
 }
 
-/// Measurement settings that override harness.toml for one command.
-#[derive(Args)]
-struct MeasureArgs {
+/// The length of a measurement, overriding harness.toml for one command.
+#[derive(Args, Clone)]
+struct TrialArgs {
     /// Blocks per measurement (each runs every arm once).
     #[arg(long)]
     blocks: Option<usize>,
@@ -189,6 +182,13 @@ struct MeasureArgs {
     /// The unscored warm-up of each trial, in ms.
     #[arg(long)]
     warmup_ms: Option<u64>,
+}
+
+/// Measurement settings that override harness.toml for one command.
+#[derive(Args)]
+struct MeasureArgs {
+    #[command(flatten)]
+    trial: TrialArgs,
     /// Connections in flight.
     #[arg(long)]
     connections: Option<usize>,
@@ -201,13 +201,13 @@ impl MeasureArgs {
     /// Applies the overrides and re-validates, so a bad flag gets the same
     /// clear error as a bad field.
     fn apply(&self, mut config: Config) -> Result<Config> {
-        if let Some(b) = self.blocks {
+        if let Some(b) = self.trial.blocks {
             config.compare.blocks = b;
         }
-        if let Some(w) = self.window_ms {
+        if let Some(w) = self.trial.window_ms {
             config.trial.window_ms = w;
         }
-        if let Some(w) = self.warmup_ms {
+        if let Some(w) = self.trial.warmup_ms {
             config.trial.warmup_ms = w;
         }
         if let Some(c) = self.connections {
@@ -448,9 +448,7 @@ fn sweep(cli: &Cli, args: &SweepArgs) -> Result<()> {
     let mut config = None;
     for &level in &args.connections {
         let measure = MeasureArgs {
-            blocks: args.blocks,
-            window_ms: args.window_ms,
-            warmup_ms: args.warmup_ms,
+            trial: args.trial.clone(),
             connections: Some(level),
             threshold: None,
         };

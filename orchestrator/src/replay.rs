@@ -17,7 +17,7 @@ use crate::arm::Arm;
 use crate::build::BuildFailure;
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::{self, Fingerprint};
-use crate::history::{fmt_ci, fmt_ratio};
+use crate::history::{fmt_ci, fmt_estimate, fmt_ratio};
 use crate::keep::{self, Decision};
 use crate::lineage::{self, Lineage, RecordedRun, Trees};
 use crate::progress;
@@ -44,16 +44,8 @@ impl KeepReplay {
     pub fn cells(&self) -> [String; 6] {
         [
             self.attempt.to_string(),
-            format!(
-                "{} {}",
-                fmt_ratio(self.recorded_ratio),
-                fmt_ci(self.recorded_ci95)
-            ),
-            format!(
-                "{} {}",
-                fmt_ratio(self.replayed.ratio_median),
-                fmt_ci(self.replayed.ratio_ci95)
-            ),
+            fmt_estimate(self.recorded_ratio, self.recorded_ci95),
+            fmt_estimate(self.replayed.ratio_median, self.replayed.ratio_ci95),
             self.replayed.verdict.name().to_string(),
             if self.reproduced { "yes" } else { "NO" }.to_string(),
             self.hypothesis.clone(),
@@ -399,6 +391,20 @@ enum Outcome {
     Kept(git2::Oid, Arm),
 }
 
+/// The re-made decisions that differ from the recorded ones, as
+/// `#6 (recorded keep, now discard)`.
+pub fn disagreements(ds: &[DecisionReplay]) -> Vec<String> {
+    ds.iter()
+        .filter(|d| d.agrees == Some(false))
+        .map(|d| {
+            format!(
+                "#{} (recorded {}, now {})",
+                d.attempt, d.recorded, d.replayed
+            )
+        })
+        .collect()
+}
+
 pub fn render(r: &ReplayRecord) -> String {
     let mut s = format!(
         "replay of run {} on this machine: meter {} ({}); {} blocks; threshold {:.1}%\n",
@@ -467,16 +473,7 @@ pub fn render(r: &ReplayRecord) -> String {
                 d.note.as_deref().unwrap_or("").lines().next().unwrap_or("")
             );
         }
-        let differ: Vec<String> = ds
-            .iter()
-            .filter(|d| d.agrees == Some(false))
-            .map(|d| {
-                format!(
-                    "#{} (recorded {}, now {})",
-                    d.attempt, d.recorded, d.replayed
-                )
-            })
-            .collect();
+        let differ = disagreements(ds);
         s += &if differ.is_empty() {
             "every re-made decision agrees with the recorded one\n".to_string()
         } else {

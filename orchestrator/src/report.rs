@@ -485,16 +485,7 @@ fn replay_section(run: &RecordedRun) -> Option<String> {
         fmt_ratio(c.recorded_vs_control)
     );
     if let Some(ds) = &r.decisions {
-        let differ: Vec<String> = ds
-            .iter()
-            .filter(|d| d.agrees == Some(false))
-            .map(|d| {
-                format!(
-                    "#{} (recorded {}, now {})",
-                    d.attempt, d.recorded, d.replayed
-                )
-            })
-            .collect();
+        let differ = crate::replay::disagreements(ds);
         let _ = write!(
             s,
             "<p>Decisions re-made in order: {} of {} agree{}</p>",
