@@ -179,14 +179,24 @@ fn control_and_treatment_pass_the_gate() {
     assert!(report["comparisons"][0]["ratio_ci95"].is_array());
 }
 
+/// An A/A comparison must never promote and must land near 1. It is not
+/// asserted to be `same`: a 95% interval leaves out 1 in about one A/A run in
+/// twenty by construction (more when the VM drifts), and `worse` asks for no
+/// minimum effect, so such a test would fail that often without any fault.
 #[test]
-fn the_same_server_against_itself_is_the_same() {
+fn the_same_server_against_itself_is_never_better_and_lands_near_one() {
     let _g = exclusive();
     let ws = temp_workspace("");
     let ok = faulty_arm("ok");
     let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &ok], 5, &[]);
     let c = &report["comparisons"][0];
-    assert_eq!(c["verdict"], "same", "{c}");
+    assert!(
+        c["verdict"] == "same" || c["verdict"] == "worse",
+        "an A/A comparison was judged {}: {c}",
+        c["verdict"]
+    );
+    let median = c["ratio_median"].as_f64().unwrap();
+    assert!((0.85..1.18).contains(&median), "A/A median {median}: {c}");
 }
 
 #[test]
