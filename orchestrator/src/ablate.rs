@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::{self, Fingerprint};
 use crate::history::{fmt_ci, fmt_estimate, fmt_ratio};
-use crate::lineage::{self, Lineage, RecordedRun, Trees};
+use crate::lineage::{self, RecordedRun};
 use crate::progress;
 use crate::session::Session;
 use crate::stats;
@@ -139,8 +139,7 @@ impl Ablation<'_> {
     }
 
     pub fn run(&self) -> Result<AblationRecord> {
-        let lineage = Lineage::read(self.repo, self.run)?;
-        let trees = Trees::new(self.repo).of_lineage(self.run, &lineage)?;
+        let (lineage, trees) = lineage::with_trees(self.repo, self.run)?;
         let k = lineage.steps.len() - 1;
         let workspace = &self.session.workspace;
         let threshold = self.session.config().compare.threshold;
@@ -232,12 +231,8 @@ impl Ablation<'_> {
                 continue;
             };
             let f = interaction(&costs(0), &costs(a), &costs(b), &costs(*both));
-            let (factor, ci) = if f.is_empty() {
-                (None, None)
-            } else {
-                let (lo, hi) = stats::bootstrap_median_ci(&f, 0.95);
-                (Some(stats::median(&f)), Some([lo, hi]))
-            };
+            let estimate = stats::median_ci95(&f);
+            let (factor, ci) = (estimate.map(|e| e.0), estimate.map(|e| e.1));
             let interacts = matches!((factor, ci), (Some(m), Some([lo, hi]))
                 if (lo > 1.0 || hi < 1.0) && (m - 1.0).abs() >= threshold);
             pairs.push(Interaction {

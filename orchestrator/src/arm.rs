@@ -9,7 +9,7 @@ use crate::build;
 use crate::config::Config;
 use crate::gitops;
 use crate::launch::ServerCommand;
-use crate::lineage::{Lineage, RecordedRun, Trees};
+use crate::lineage::{self, RecordedRun};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArmSpec {
@@ -161,8 +161,7 @@ impl Workspace {
                 let repo = git2::Repository::open(&self.root)?;
                 let results = self.root.join(&self.config.paths.results);
                 let run = RecordedRun::open(&results, Some(&run_id))?;
-                let lineage = Lineage::read(&repo, &run)?;
-                let trees = Trees::new(&repo).of_lineage(&run, &lineage)?;
+                let (_, trees) = lineage::with_trees(&repo, &run)?;
                 let tree = *trees.last().expect("a lineage has its base");
                 self.prepare_tree(&repo, tree, label)?
             }

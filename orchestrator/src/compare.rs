@@ -154,12 +154,8 @@ impl Samples {
     pub fn compare(&self, arm: usize, baseline: usize, threshold: f64) -> Comparison {
         let ratios = self.ratios(arm, baseline);
         let valid = self.gate(arm).passed && self.gate(baseline).passed && !ratios.is_empty();
-        let (median, ci) = if ratios.is_empty() {
-            (None, None)
-        } else {
-            let ci = stats::bootstrap_median_ci(&ratios, 0.95);
-            (Some(stats::median(&ratios)), Some([ci.0, ci.1]))
-        };
+        let estimate = stats::median_ci95(&ratios);
+        let (median, ci) = (estimate.map(|e| e.0), estimate.map(|e| e.1));
         let verdict = match (valid, median, ci) {
             (true, Some(m), Some(ci)) => verdict::judge(m, (ci[0], ci[1]), threshold),
             _ => Verdict::Invalid,

@@ -119,7 +119,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not a valid record", path.display()))
@@ -209,6 +209,11 @@ impl Journal {
 pub fn read_attempts(path: &Path) -> Result<Vec<AttemptRecord>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_attempts(&text, path)
+}
+
+/// The attempt lines of `text`, read from `path` (named in errors).
+pub fn parse_attempts(text: &str, path: &Path) -> Result<Vec<AttemptRecord>> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-use crate::journal::{AttemptRecord, RunRecord};
+use crate::journal::{self, AttemptRecord, RunRecord};
 
 /// A run as `results/<run-id>/` holds it.
 pub struct RecordedRun {
@@ -38,10 +38,7 @@ impl RecordedRun {
                 run_path.display()
             );
         }
-        let text = std::fs::read_to_string(&run_path)
-            .with_context(|| format!("reading {}", run_path.display()))?;
-        let run: RunRecord = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a run record", run_path.display()))?;
+        let run: RunRecord = journal::read_json(&run_path)?;
         let attempts_path = dir.join("attempts.jsonl");
         let mut text = std::fs::read_to_string(&attempts_path)
             .with_context(|| format!("reading {}", attempts_path.display()))?;
@@ -49,15 +46,7 @@ impl RecordedRun {
             tracing::warn!("{}: ignoring a torn last line", attempts_path.display());
             text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
         }
-        let attempts = text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l)
-                    .with_context(|| format!("{} line {}", attempts_path.display(), i + 1))
-            })
-            .collect::<Result<Vec<AttemptRecord>>>()?;
+        let attempts = journal::parse_attempts(&text, &attempts_path)?;
         Ok(Self { dir, run, attempts })
     }
 
@@ -185,11 +174,14 @@ fn base_step(run: &RecordedRun, in_repo: bool) -> Step {
     }
 }
 
+/// The tree of commit `oid`, when this repository has the commit.
+fn commit_tree(repo: &git2::Repository, oid: &str) -> Option<git2::Oid> {
+    let oid = git2::Oid::from_str(oid).ok()?;
+    repo.find_commit(oid).ok()?.tree().ok().map(|t| t.id())
+}
+
 fn has_commit(repo: &git2::Repository, oid: &str) -> bool {
-    git2::Oid::from_str(oid)
-        .ok()
-        .and_then(|o| repo.find_commit(o).ok())
-        .is_some()
+    commit_tree(repo, oid).is_some()
 }
 
 fn steps_from_journal(run: &RecordedRun, repo: &git2::Repository) -> Vec<Step> {
@@ -292,6 +284,14 @@ impl Lineage {
     }
 }
 
+/// The lineage and the tree of each of its steps, oldest first: what every
+/// command that rebuilds a run's champions starts from.
+pub fn with_trees(repo: &git2::Repository, run: &RecordedRun) -> Result<(Lineage, Vec<git2::Oid>)> {
+    let lineage = Lineage::read(repo, run)?;
+    let trees = Trees::new(repo).of_lineage(run, &lineage)?;
+    Ok((lineage, trees))
+}
+
 /// The treatment trees of a run's history, each from git when this
 /// repository has the commit, else rebuilt from the journal's diffs.
 pub struct Trees<'r> {
@@ -305,8 +305,7 @@ pub fn apply(repo: &git2::Repository, tree: git2::Oid, diff: &str) -> Result<git
     let mut index = repo
         .apply_to_tree(&tree, &patch, None)
         .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
-    let out = index.write_tree_to(repo)?;
-    Ok(out)
+    Ok(index.write_tree_to(repo)?)
 }
 
 /// The post-image blob id of every file a diff changes, from its `index
@@ -353,9 +352,8 @@ impl<'r> Trees<'r> {
         Self { repo }
     }
 
-    pub fn of_commit(&self, oid: &str) -> Option<git2::Oid> {
-        let oid = git2::Oid::from_str(oid).ok()?;
-        self.repo.find_commit(oid).ok()?.tree().ok().map(|t| t.id())
+    fn of_commit(&self, oid: &str) -> Option<git2::Oid> {
+        commit_tree(self.repo, oid)
     }
 
     /// The tree each step of the lineage stands for, oldest first.

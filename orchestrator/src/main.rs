@@ -236,17 +236,34 @@ struct CompareArgs {
     json: bool,
 }
 
-fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
-    let config = args.measure.apply(Config::load(&cli.config)?)?;
-    for a in &args.arms {
+/// Checks every arm spec (before any build), then builds them in order.
+fn parse_arms(specs: &[String]) -> Result<()> {
+    for a in specs {
         arm::ArmSpec::parse(a)?;
     }
+    Ok(())
+}
+
+fn prepare_arms(session: &Session, specs: &[String]) -> Result<Vec<arm::Arm>> {
+    specs.iter().map(|a| session.workspace.prepare(a)).collect()
+}
+
+/// The environment fingerprint, with the sources of the control and the
+/// treatment when they are among `arms`.
+fn fingerprint_of(session: &Session, arms: &[arm::Arm]) -> environment::Fingerprint {
+    let hash_of = |label: &str| {
+        arms.iter()
+            .find(|a| a.label == label)
+            .and_then(|a| a.source_hash.clone())
+    };
+    environment::fingerprint(&session.plan, hash_of("control"), hash_of("treatment"))
+}
+
+fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
+    let config = args.measure.apply(Config::load(&cli.config)?)?;
+    parse_arms(&args.arms)?;
     let session = Session::open(&cli.config, config, "compare")?;
-    let arms = args
-        .arms
-        .iter()
-        .map(|a| session.workspace.prepare(a))
-        .collect::<Result<Vec<_>>>()?;
+    let arms = prepare_arms(&session, &args.arms)?;
     let settings = session.trial_settings();
     let blocks = session.config().compare.blocks;
     let mut samples = compare::Samples::new(arms.len());
@@ -259,12 +276,7 @@ fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
         &mut samples,
         "",
     )?;
-    let hash_of = |label: &str| {
-        arms.iter()
-            .find(|a| a.label == label)
-            .and_then(|a| a.source_hash.clone())
-    };
-    let env = environment::fingerprint(&session.plan, hash_of("control"), hash_of("treatment"));
+    let env = fingerprint_of(&session, &arms);
     let labels: Vec<String> = arms.iter().map(|a| a.label.clone()).collect();
     let report = compare::report(
         &labels,
@@ -313,25 +325,37 @@ fn doctor(cli: &Cli) -> Result<()> {
     Ok(())
 }
 
-/// The repository and the `results/` directory a configuration belongs to.
-fn results_of(cli: &Cli) -> Result<(git2::Repository, Config, PathBuf)> {
-    let config = Config::load(&cli.config)?;
-    let root = session::root_of(&cli.config)?;
-    let repo = git2::Repository::open(&root).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not a git repository: {}",
-            root.display(),
-            e.message()
-        )
-    })?;
-    let results = root.join(&config.paths.results);
-    Ok((repo, config, results))
+/// What the review commands read: the repository a configuration belongs
+/// to, the configuration, and its `results/` and profiles directories.
+struct Review {
+    repo: git2::Repository,
+    config: Config,
+    root: PathBuf,
+}
+
+impl Review {
+    fn open(cli: &Cli) -> Result<Self> {
+        let config = Config::load(&cli.config)?;
+        let root = session::root_of(&cli.config)?;
+        let repo = git2::Repository::open(&root).map_err(|e| {
+            anyhow::anyhow!(
+                "{} is not a git repository: {}",
+                root.display(),
+                e.message()
+            )
+        })?;
+        Ok(Self { repo, config, root })
+    }
+
+    fn run(&self, id: Option<&str>) -> Result<lineage::RecordedRun> {
+        lineage::RecordedRun::open(&self.root.join(&self.config.paths.results), id)
+    }
 }
 
 fn log(cli: &Cli, args: &LogArgs) -> Result<()> {
-    let (repo, _, results) = results_of(cli)?;
-    let run = lineage::RecordedRun::open(&results, args.run.as_deref())?;
-    let h = history::read(&repo, &run, args.all)?;
+    let review = Review::open(cli)?;
+    let run = review.run(args.run.as_deref())?;
+    let h = history::read(&review.repo, &run, args.all)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&h)?);
     } else {
@@ -341,28 +365,29 @@ fn log(cli: &Cli, args: &LogArgs) -> Result<()> {
 }
 
 fn report(cli: &Cli, args: &ReportArgs) -> Result<()> {
-    let (repo, config, results) = results_of(cli)?;
-    let run = lineage::RecordedRun::open(&results, args.run.as_deref())?;
+    let review = Review::open(cli)?;
+    let run = review.run(args.run.as_deref())?;
     let out = args
         .output
         .clone()
         .unwrap_or_else(|| run.dir.join("report.html"));
-    let root = session::root_of(&cli.config)?;
-    let profiles = root.join(&config.paths.knowledge_base).join("profiles");
-    report::write(&repo, &run, &profiles, &out)?;
+    let profiles = review
+        .root
+        .join(&review.config.paths.knowledge_base)
+        .join("profiles");
+    report::write(&review.repo, &run, &profiles, &out)?;
     println!("{}", out.display());
     Ok(())
 }
 
 /// The settings a recorded run was measured with, on this machine: its
-/// measurement sections, this configuration's machine and paths, then the
-/// command-line overrides.
+/// measurement sections, the current configuration's machine and paths,
+/// then the command-line overrides.
 fn recorded_settings(
-    cli: &Cli,
+    current: Config,
     run: &lineage::RecordedRun,
     measure: &MeasureArgs,
 ) -> Result<Config> {
-    let current = Config::load(&cli.config)?;
     let mut config = run.run.config.clone();
     config.machine = current.machine;
     config.paths = current.paths;
@@ -389,11 +414,11 @@ fn remeasure<T: serde::Serialize>(
     measure: impl FnOnce(&Session, &git2::Repository, &lineage::RecordedRun) -> Result<T>,
     render: impl FnOnce(&T) -> String,
 ) -> Result<()> {
-    let (repo, _, results) = results_of(cli)?;
-    let run = lineage::RecordedRun::open(&results, Some(&args.run))?;
-    let config = recorded_settings(cli, &run, &args.measure)?;
+    let review = Review::open(cli)?;
+    let run = review.run(Some(&args.run))?;
+    let config = recorded_settings(review.config, &run, &args.measure)?;
     let session = Session::open(&cli.config, config, kind)?;
-    let record = measure(&session, &repo, &run)?;
+    let record = measure(&session, &review.repo, &run)?;
     let path = store(&run.dir.join(kind), &record)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
@@ -455,22 +480,11 @@ fn sweep(cli: &Cli, args: &SweepArgs) -> Result<()> {
         config = Some(measure.apply(base.clone())?);
     }
     let config = config.context("--connections names no level")?;
-    for a in &args.arms {
-        arm::ArmSpec::parse(a)?;
-    }
+    parse_arms(&args.arms)?;
     let results = session::root_of(&cli.config)?.join(&config.paths.results);
     let session = Session::open(&cli.config, config, "sweep")?;
-    let arms = args
-        .arms
-        .iter()
-        .map(|a| session.workspace.prepare(a))
-        .collect::<Result<Vec<_>>>()?;
-    let hash_of = |label: &str| {
-        arms.iter()
-            .find(|a| a.label == label)
-            .and_then(|a| a.source_hash.clone())
-    };
-    let env = environment::fingerprint(&session.plan, hash_of("control"), hash_of("treatment"));
+    let arms = prepare_arms(&session, &args.arms)?;
+    let env = fingerprint_of(&session, &arms);
     let record = sweep::sweep(&session, &arms, &args.connections, args.seed, env)?;
     let path = store(&results.join("sweeps"), &record)?;
     let svg = args

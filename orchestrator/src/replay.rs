@@ -130,20 +130,13 @@ impl Replayer<'_> {
         self.session.config().compare.blocks
     }
 
-    /// The lineage, its trees and the control of the run's base commit.
-    pub fn prepare(&self) -> Result<(Lineage, Vec<git2::Oid>, Arm)> {
-        let lineage = Lineage::read(self.repo, self.run)?;
-        let trees = Trees::new(self.repo).of_lineage(self.run, &lineage)?;
+    pub fn replay(&self, decisions: bool) -> Result<ReplayRecord> {
+        let (lineage, trees) = lineage::with_trees(self.repo, self.run)?;
         let control = self
             .session
             .workspace
             .control_at_rev(&self.run.run.base_commit)
             .context("building the control of the run's base commit")?;
-        Ok((lineage, trees, control))
-    }
-
-    pub fn replay(&self, decisions: bool) -> Result<ReplayRecord> {
-        let (lineage, trees, control) = self.prepare()?;
         let mut arms = Vec::new();
         for (step, tree) in lineage.steps.iter().zip(&trees) {
             let label = if step.attempt == 0 {
@@ -195,7 +188,7 @@ impl Replayer<'_> {
             start_vs_control: samples.compare(0, c, threshold),
         };
         let decisions = if decisions {
-            Some(self.decisions(&lineage, &trees, &settings)?)
+            Some(self.decisions(&lineage, &trees, &arms[0], &settings)?)
         } else {
             None
         };
@@ -231,11 +224,14 @@ impl Replayer<'_> {
         &self,
         lineage: &Lineage,
         trees: &[git2::Oid],
+        start: &Arm,
         settings: &trial::TrialSettings,
     ) -> Result<Vec<DecisionReplay>> {
-        let workspace = &self.session.workspace;
         let mut champion_tree = trees[0];
-        let mut champion = workspace.prepare_tree(self.repo, champion_tree, "champion")?;
+        let mut champion = Arm {
+            label: "champion".into(),
+            ..start.clone()
+        };
         let mut out = Vec::new();
         for a in &self.run.attempts {
             let mut d = DecisionReplay {

@@ -68,6 +68,15 @@ pub fn bootstrap_median_ci(samples: &[f64], level: f64) -> (f64, f64) {
     (quantile(&medians, tail), quantile(&medians, 1.0 - tail))
 }
 
+/// The median of `samples` and its 95% interval; None for no samples.
+pub fn median_ci95(samples: &[f64]) -> Option<(f64, [f64; 2])> {
+    if samples.is_empty() {
+        return None;
+    }
+    let (lo, hi) = bootstrap_median_ci(samples, 0.95);
+    Some((median(samples), [lo, hi]))
+}
+
 fn seed_of(samples: &[f64]) -> u64 {
     samples.iter().fold(0xcbf2_9ce4_8422_2325, |h, x| {
         (h ^ x.to_bits()).wrapping_mul(0x0100_0000_01b3)
