@@ -3,7 +3,7 @@
 //! git. The planted run keeps two changes, of which the first is made useless
 //! by the second:
 //!
-//! 1. shorten a 160 us busy-wait per connection to 60 us   (keep)
+//! 1. shorten a 400 us busy-wait per connection to 100 us  (keep)
 //! 2. remove the busy-wait call altogether                  (keep; 1 no longer matters)
 //! 3. busy-wait before every recv                           (discard)
 //! 4. a change that does not compile                        (build_failed)
@@ -47,9 +47,9 @@ fn planted_playbook() -> Vec<String> {
     vec![
         entry(
             "shorter-spin",
-            "Shorten the busy-wait from 160 to 60 us",
-            "#define SPIN_NS 160000L\n",
-            "#define SPIN_NS 60000L\n",
+            "Shorten the busy-wait from 400 to 100 us",
+            "#define SPIN_NS 400000L\n",
+            "#define SPIN_NS 100000L\n",
         ),
         entry(
             "remove-spin",
@@ -76,7 +76,7 @@ fn planted_playbook() -> Vec<String> {
 /// and a guard that releases it.
 fn recorded() -> (&'static Recorded, Release) {
     let r = RECORDED.get_or_init(|| {
-        let repo = fixture_repo_with_spin("", &planted_playbook(), 160_000);
+        let repo = fixture_repo_with_spin("", &planted_playbook(), 400_000);
         let root = repo.keep();
         // Profiles on, so the report has real ones to draw.
         let config = root.join("harness.toml");
