@@ -131,6 +131,15 @@ struct ReplayArgs {
     /// Also re-apply every recorded attempt in order and decide it again.
     #[arg(long)]
     decisions: bool,
+    /// With --decisions: re-decide only these attempts (e.g. 6,7), each
+    /// against the champion it was recorded against.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "decisions",
+        value_name = "N,..."
+    )]
+    attempts: Vec<usize>,
 }
 
 #[derive(Args)]
@@ -442,7 +451,7 @@ fn replay(cli: &Cli, args: &ReplayArgs) -> Result<()> {
                 run,
                 seed: r.seed,
             }
-            .replay(args.decisions)
+            .replay(args.decisions, &args.attempts)
         },
         replay::render,
     )

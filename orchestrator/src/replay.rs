@@ -4,7 +4,9 @@
 //! control in the same interleaved blocks; each keep either reproduces (the
 //! same verdict at the run's threshold) or does not. With `--decisions`,
 //! every recorded attempt is re-applied in order and judged again by the keep
-//! rule, and the decisions that come out differently are listed.
+//! rule, and the decisions that come out differently are listed; with
+//! `--attempts`, only the named ones are, each against the champion it was
+//! recorded against, so one disputed decision costs minutes, not the run.
 //!
 //! Raw costs from another machine are never compared with this one's: the
 //! two fingerprints are shown, and only ratios are compared.
@@ -96,6 +98,10 @@ pub struct ReplayRecord {
     pub champion: FinalReplay,
     pub samples: Samples,
     pub decisions: Option<Vec<DecisionReplay>>,
+    /// The attempts re-decided alone (`--attempts`); empty when every
+    /// attempt was re-decided in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions_only: Vec<usize>,
 }
 
 /// The fields of two fingerprints that differ, as `field: recorded -> now`.
@@ -130,7 +136,22 @@ impl Replayer<'_> {
         self.session.config().compare.blocks
     }
 
-    pub fn replay(&self, decisions: bool) -> Result<ReplayRecord> {
+    /// `only` narrows `decisions` to those attempts; it is checked against
+    /// the journal before anything is built.
+    pub fn replay(&self, decisions: bool, only: &[usize]) -> Result<ReplayRecord> {
+        if let Some(n) = only
+            .iter()
+            .find(|n| !self.run.attempts.iter().any(|a| a.number == **n))
+        {
+            anyhow::bail!(
+                "--attempts: run {} has no attempt {n} (its attempts are {})",
+                self.run.run.run_id,
+                match (self.run.attempts.first(), self.run.attempts.last()) {
+                    (Some(a), Some(b)) => format!("{} to {}", a.number, b.number),
+                    _ => "none".into(),
+                }
+            );
+        }
         let (lineage, trees) = lineage::with_trees(self.repo, self.run)?;
         let control = self
             .session
@@ -188,7 +209,7 @@ impl Replayer<'_> {
             start_vs_control: samples.compare(0, c, threshold),
         };
         let decisions = if decisions {
-            Some(self.decisions(&lineage, &trees, &arms[0], &settings)?)
+            Some(self.decisions(&lineage, &trees, &arms[..=k], only, &settings)?)
         } else {
             None
         };
@@ -215,25 +236,40 @@ impl Replayer<'_> {
             champion,
             samples,
             decisions,
+            decisions_only: {
+                let mut only = only.to_vec();
+                only.sort_unstable();
+                only.dedup();
+                only
+            },
         })
     }
 
     /// Re-applies every recorded attempt in order against the champion of
     /// this replay, and decides again with the loop's own stages and rule.
+    /// With `only`, just those attempts, each against the lineage champion
+    /// (`steps`, built) it was recorded against.
     fn decisions(
         &self,
         lineage: &Lineage,
         trees: &[git2::Oid],
-        start: &Arm,
+        steps: &[Arm],
+        only: &[usize],
         settings: &trial::TrialSettings,
     ) -> Result<Vec<DecisionReplay>> {
-        let mut champion_tree = trees[0];
-        let mut champion = Arm {
+        let as_champion = |arm: &Arm| Arm {
             label: "champion".into(),
-            ..start.clone()
+            ..arm.clone()
         };
+        let mut champion_tree = trees[0];
+        let mut champion = as_champion(&steps[0]);
         let mut out = Vec::new();
-        for a in &self.run.attempts {
+        let selected = self
+            .run
+            .attempts
+            .iter()
+            .filter(|a| only.is_empty() || only.contains(&a.number));
+        for a in selected {
             let mut d = DecisionReplay {
                 attempt: a.number,
                 hypothesis: a.hypothesis.clone(),
@@ -257,6 +293,10 @@ impl Replayer<'_> {
                 .steps
                 .iter()
                 .position(|s| s.recorded_commit == a.champion);
+            if let (false, Some(i)) = (only.is_empty(), base) {
+                champion_tree = trees[i];
+                champion = as_champion(&steps[i]);
+            }
             // Made against a champion this replay did not keep: say so, since
             // the decision then answers a different question.
             let carried = base.filter(|&i| trees[i] != champion_tree).map(|i| {
@@ -288,10 +328,7 @@ impl Replayer<'_> {
                 Outcome::Kept(tree, arm) => {
                     d.replayed = "keep".into();
                     champion_tree = tree;
-                    champion = Arm {
-                        label: "champion".into(),
-                        ..arm
-                    };
+                    champion = as_champion(&arm);
                     None
                 }
             };
@@ -401,6 +438,19 @@ pub fn disagreements(ds: &[DecisionReplay]) -> Vec<String> {
         .collect()
 }
 
+/// What the decisions section of a replay holds, for both renderings.
+pub fn decisions_heading(r: &ReplayRecord) -> String {
+    if r.decisions_only.is_empty() {
+        "every decision re-made in order".into()
+    } else {
+        let list: Vec<String> = r.decisions_only.iter().map(|n| format!("#{n}")).collect();
+        format!(
+            "decisions re-made for {} only, each against the champion it was recorded against",
+            list.join(", ")
+        )
+    }
+}
+
 pub fn render(r: &ReplayRecord) -> String {
     let mut s = format!(
         "replay of run {} on this machine: meter {} ({}); {} blocks; threshold {:.1}%\n",
@@ -451,8 +501,13 @@ pub fn render(r: &ReplayRecord) -> String {
     s += "\n";
     if let Some(ds) = &r.decisions {
         s += &format!(
-            "\nevery decision re-made in order:\n{:>7}  {:<13} {:<14} {:>6} {:<16}  note\n",
-            "attempt", "recorded", "now", "ratio", "CI95"
+            "\n{}:\n{:>7}  {:<13} {:<14} {:>6} {:<16}  note\n",
+            decisions_heading(r),
+            "attempt",
+            "recorded",
+            "now",
+            "ratio",
+            "CI95"
         );
         for d in ds {
             s += &format!(

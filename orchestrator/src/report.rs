@@ -486,9 +486,11 @@ fn replay_section(run: &RecordedRun) -> Option<String> {
     );
     if let Some(ds) = &r.decisions {
         let differ = crate::replay::disagreements(ds);
+        let heading = crate::replay::decisions_heading(&r);
         let _ = write!(
             s,
-            "<p>Decisions re-made in order: {} of {} agree{}</p>",
+            "<p>{}: {} of {} agree{}</p>",
+            escape(&(heading[..1].to_uppercase() + &heading[1..])),
             ds.iter().filter(|d| d.agrees == Some(true)).count(),
             ds.iter().filter(|d| d.agrees.is_some()).count(),
             if differ.is_empty() {

@@ -300,16 +300,15 @@ fn replay_decisions_finds_a_planted_disagreement() {
         text.contains("1 decisions differ: #4 (recorded discard, now build_failed)"),
         "{text}"
     );
-    let record: Value = {
-        let dir = planted.join("replays");
-        let file = std::fs::read_dir(&dir)
+    let replays = planted.join("replays");
+    let stored = |dir: &Path| -> Vec<Value> {
+        std::fs::read_dir(dir)
             .unwrap()
-            .next()
+            .map(|f| serde_json::from_str(&std::fs::read_to_string(f.unwrap().path()).unwrap()))
+            .collect::<Result<_, _>>()
             .unwrap()
-            .unwrap()
-            .path();
-        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap()
     };
+    let record = stored(&replays).remove(0);
     let decisions = record["decisions"].as_array().unwrap();
     let now: Vec<&str> = decisions
         .iter()
@@ -321,6 +320,46 @@ fn replay_decisions_finds_a_planted_disagreement() {
         .map(|d| d["agrees"].as_bool().unwrap())
         .collect();
     assert_eq!(agrees, [true, true, true, false]);
+
+    // A subset: each named attempt against the champion it was recorded
+    // against (#3 against #2, so nothing is carried over), the rest untouched.
+    let out = ratchet_in(
+        &r.root,
+        &["replay", &planted_id, "--decisions", "--attempts", "4,3,4"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        text.contains("decisions re-made for #3, #4 only")
+            && text.contains("1 decisions differ: #4 (recorded discard, now build_failed)"),
+        "{text}"
+    );
+    let subset = stored(&replays)
+        .into_iter()
+        .find(|r| r["decisions_only"] == serde_json::json!([3, 4]))
+        .expect("the subset replay is recorded");
+    let d = subset["decisions"].as_array().unwrap();
+    assert_eq!(d.len(), 2, "{subset}");
+    assert_eq!(
+        (d[0]["attempt"].as_u64(), d[0]["replayed"].as_str()),
+        (Some(3), Some("discard")),
+        "{subset}"
+    );
+    assert!(d[0]["note"].is_null(), "#3 was carried over: {subset}");
+    assert!(d[0]["ratio"].as_f64().unwrap() > 1.3, "{subset}");
+
+    // An attempt the run does not have is named before anything is built.
+    let out = ratchet_in(
+        &r.root,
+        &["replay", &planted_id, "--decisions", "--attempts", "9"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no attempt 9 (its attempts are 1 to 4)"),
+        "{err}"
+    );
+    assert_eq!(stored(&replays).len(), 2);
 }
 
 /// Pixels of `rgb` (within 2 per channel) in a decoded RGBA or RGB image.
