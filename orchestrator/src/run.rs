@@ -104,7 +104,7 @@ struct Loop<'a> {
     agent: Box<dyn Agent>,
     control: Arm,
     /// The control's source at the run's base commit.
-    control_src: tempfile::TempDir,
+    control_src: PathBuf,
     champion: ChampionRecord,
     champion_arm: Arm,
     attempts: Vec<AttemptRecord>,
@@ -147,7 +147,7 @@ impl Loop<'_> {
         let (command, built) = self
             .session
             .workspace
-            .control_command_at(self.control_src.path())?;
+            .control_command_at(&self.control_src)?;
         self.control = Arm {
             label: "control".into(),
             command,
@@ -955,15 +955,18 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
         }
     };
     bar.set_message("building the control and the champion");
-    let control_src = tempfile::tempdir()?;
-    crate::gitops::export_subtree(
-        &root,
-        &run.base_commit,
-        &cfg.paths.control,
-        control_src.path(),
-    )
-    .context("exporting the control at the run's base commit")?;
-    let (control_cmd, control_built) = session.workspace.control_command_at(control_src.path())?;
+    // Beside the run's worktree, not in /tmp: a killed run leaves nothing
+    // there, and a resume exports it afresh to the same place.
+    let control_src = root.join(".ratchet").join("control").join(&run.run_id);
+    if control_src.exists() {
+        std::fs::remove_dir_all(&control_src)
+            .with_context(|| format!("clearing {}", control_src.display()))?;
+    }
+    std::fs::create_dir_all(&control_src)
+        .with_context(|| format!("creating {}", control_src.display()))?;
+    crate::gitops::export_subtree(&root, &run.base_commit, &cfg.paths.control, &control_src)
+        .context("exporting the control at the run's base commit")?;
+    let (control_cmd, control_built) = session.workspace.control_command_at(&control_src)?;
     let control = Arm {
         label: "control".into(),
         command: control_cmd,

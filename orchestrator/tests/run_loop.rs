@@ -348,6 +348,15 @@ fn wait_for_lines(path: &Path, n: usize, limit: Duration) {
     }
 }
 
+/// Directories under `tmp` holding an exported copy of the Go control.
+fn control_sources_in(tmp: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("main.go").exists())
+        .collect()
+}
+
 fn servers_running(root: &Path) -> String {
     let out = Command::new("pgrep")
         .args(["-af", &root.join(".ratchet/builds").display().to_string()])
@@ -356,9 +365,11 @@ fn servers_running(root: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-/// Starts `ratchet run` in the background, quietly, for fault injection.
-fn spawn_run(root: &Path, args: &[&str]) -> std::process::Child {
+/// Starts `ratchet run` in the background, quietly, for fault injection,
+/// with its temporary files in `tmp` so a test can see what a kill leaves.
+fn spawn_run(root: &Path, tmp: &Path, args: &[&str]) -> std::process::Child {
     Command::new(ratchet())
+        .env("TMPDIR", tmp)
         .arg("--config")
         .arg(root.join("harness.toml"))
         .arg("run")
@@ -374,7 +385,8 @@ fn a_run_killed_or_interrupted_mid_iteration_resumes_without_losing_or_repeating
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
-    let spawn = |args: &[&str]| spawn_run(root, args);
+    let tmp = tempfile::tempdir().unwrap();
+    let spawn = |args: &[&str]| spawn_run(root, tmp.path(), args);
     // SIGKILL once the first attempt is journaled, i.e. in the middle of the second.
     let mut child = spawn(&[]);
     let results = root.join("results");
@@ -390,6 +402,11 @@ fn a_run_killed_or_interrupted_mid_iteration_resumes_without_losing_or_repeating
     child.wait().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(servers_running(root), "", "a server outlived ratchet");
+    assert_eq!(
+        control_sources_in(tmp.path()),
+        Vec::<PathBuf>::new(),
+        "the killed run left its control's source in TMPDIR"
+    );
 
     // Resume, and this time interrupt it with SIGINT.
     let mut child = spawn(&["--resume", &id]);
@@ -431,7 +448,8 @@ fn a_second_run_on_the_same_core_is_refused() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
-    let mut first = spawn_run(root, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut first = spawn_run(root, tmp.path(), &[]);
     std::thread::sleep(Duration::from_millis(1500));
     let second = ratchet_run(root, &[], &[]);
     unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
@@ -576,7 +594,8 @@ fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
-    let spawn = |args: &[&str]| spawn_run(root, args);
+    let tmp = tempfile::tempdir().unwrap();
+    let spawn = |args: &[&str]| spawn_run(root, tmp.path(), args);
     let mut faults = 0;
     let mut id: Option<String> = None;
     // Delays that land in different stages: set-up, the A/A check, build,
