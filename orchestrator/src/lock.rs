@@ -6,22 +6,41 @@ use anyhow::{bail, Context, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 pub struct CoreLock {
     _file: File,
 }
 
+/// A fixed place, not `$TMPDIR`: two ratchets started with different
+/// temporary directories must still find each other's lock.
 fn lock_dir() -> PathBuf {
-    std::env::var_os("RATCHET_LOCK_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("ratchet-locks"))
+    if let Some(dir) = std::env::var_os("RATCHET_LOCK_DIR") {
+        return dir.into();
+    }
+    let run_lock = Path::new("/run/lock");
+    if run_lock.is_dir() {
+        run_lock.join("ratchet")
+    } else {
+        PathBuf::from("/tmp/ratchet-locks")
+    }
+}
+
+/// Creates the lock directory open to every user (sticky, like /tmp), so
+/// one user's run does not lock the others out of the check itself.
+fn create_lock_dir(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).ok();
+    }
+    Ok(())
 }
 
 impl CoreLock {
     pub fn acquire(core: usize, holder: &str) -> Result<Self> {
         let dir = lock_dir();
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        create_lock_dir(&dir)?;
         let path = dir.join(format!("sut-core-{core}.lock"));
         let mut file = OpenOptions::new()
             .read(true)

@@ -448,6 +448,8 @@ fn a_second_run_on_the_same_core_is_refused() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
+    // The first run has a TMPDIR of its own, the second the default: the
+    // lock must not live in either.
     let tmp = tempfile::tempdir().unwrap();
     let mut first = spawn_run(root, tmp.path(), &[]);
     std::thread::sleep(Duration::from_millis(1500));
