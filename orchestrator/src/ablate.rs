@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::{self, Fingerprint};
-use crate::history::{fmt_ci, fmt_estimate, fmt_ratio};
+use crate::export::{arm_medians, fmt_ci, fmt_estimate, fmt_ratio};
 use crate::lineage::{self, RecordedRun};
 use crate::progress;
 use crate::session::Session;
@@ -306,12 +306,7 @@ pub fn render(r: &AblationRecord) -> String {
             );
         }
     }
-    s += &format!("\nthis machine, {} per connection (median):", r.unit);
-    for a in &r.arms {
-        let gate = if a.gate.passed { "" } else { " (gate FAILED)" };
-        s += &format!(" {} {:.0}{gate};", a.arm, a.cost_per_connection.median);
-    }
-    s + "\n"
+    s + "\n" + &arm_medians(&r.unit, &r.arms)
 }
 
 #[cfg(test)]
@@ -347,15 +342,7 @@ mod tests {
     }
 
     fn cmp(median: f64, lo: f64, hi: f64) -> Comparison {
-        Comparison {
-            arm: 0,
-            baseline: 1,
-            ratio_median: Some(median),
-            ratio_ci95: Some([lo, hi]),
-            verdict: crate::verdict::judge(median, (lo, hi), 0.1),
-            ratio_cv: None,
-            block_ratios: vec![],
-        }
+        Comparison::judged(median, lo, hi, 0.1)
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Arms: what `ratchet compare` can measure, and how each becomes a runnable
 //! server command.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -94,22 +94,20 @@ impl Workspace {
         build::build_treatment(src, &self.build_cache(), self.build_timeout())
     }
 
-    pub fn control_command(&self) -> Result<(ServerCommand, build::Built)> {
-        self.control_command_at(&self.control_dir())
-    }
-
     /// The control built from `src` (a run builds it from its base commit,
     /// so no later edit of the working tree can move it).
-    pub fn control_command_at(&self, src: &Path) -> Result<(ServerCommand, build::Built)> {
-        let built = build::build_control(src, &self.build_cache(), self.build_timeout())?;
-        Ok((
-            ServerCommand {
-                program: built.binary.clone(),
+    pub fn control_at(&self, src: &Path) -> Result<Arm> {
+        let b = build::build_control(src, &self.build_cache(), self.build_timeout())?;
+        Ok(Arm {
+            label: "control".into(),
+            command: ServerCommand {
+                program: b.binary,
                 args: vec![],
                 env: vec![("GOMAXPROCS".into(), "1".into())],
             },
-            built,
-        ))
+            source_hash: Some(b.source_hash),
+            binary_hash: Some(b.binary_hash),
+        })
     }
 
     /// The treatment of a git tree (a commit's, or one rebuilt from a
@@ -125,32 +123,23 @@ impl Workspace {
         Ok(built_arm(label, self.build_treatment_at(tmp.path())?))
     }
 
-    /// The control as it was at `rev` (a run's base commit): a replay
-    /// measures against the control the run had, not today's.
-    pub fn control_at_rev(&self, rev: &str) -> Result<Arm> {
-        let tmp = tempfile::tempdir()?;
-        gitops::export_subtree(&self.root, rev, &self.config.paths.control, tmp.path())?;
-        let (command, b) = self.control_command_at(tmp.path())?;
-        Ok(Arm {
-            label: "control".into(),
-            command,
-            source_hash: Some(b.source_hash),
-            binary_hash: Some(b.binary_hash),
-        })
+    /// The control as it was at `rev` (a run's base commit), exported into
+    /// `dest` (emptied first) and built: a run and its replays measure
+    /// against the control the run had, not today's.
+    pub fn control_at_rev(&self, rev: &str, dest: &Path) -> Result<Arm> {
+        if dest.exists() {
+            std::fs::remove_dir_all(dest)
+                .with_context(|| format!("clearing {}", dest.display()))?;
+        }
+        std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
+        gitops::export_subtree(&self.root, rev, &self.config.paths.control, dest)?;
+        self.control_at(dest)
     }
 
     pub fn prepare(&self, label: &str) -> Result<Arm> {
         let built = |b: build::Built| built_arm(label, b);
         Ok(match ArmSpec::parse(label)? {
-            ArmSpec::Control => {
-                let (command, b) = self.control_command()?;
-                Arm {
-                    label: label.to_string(),
-                    command,
-                    source_hash: Some(b.source_hash),
-                    binary_hash: Some(b.binary_hash),
-                }
-            }
+            ArmSpec::Control => self.control_at(&self.control_dir())?,
             ArmSpec::Treatment => built(self.build_treatment_at(&self.treatment_dir())?),
             ArmSpec::Rev(rev) => {
                 let tmp = tempfile::tempdir()?;

@@ -239,6 +239,23 @@ pub struct Comparison {
     pub block_ratios: Vec<f64>,
 }
 
+#[cfg(test)]
+impl Comparison {
+    /// A comparison with this median and interval, judged at `threshold`:
+    /// what the rules built on comparisons are tested with.
+    pub fn judged(median: f64, lo: f64, hi: f64, threshold: f64) -> Self {
+        Self {
+            arm: 1,
+            baseline: 0,
+            ratio_median: Some(median),
+            ratio_ci95: Some([lo, hi]),
+            verdict: verdict::judge(median, (lo, hi), threshold),
+            ratio_cv: None,
+            block_ratios: vec![],
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MeterInfo {
     pub event: MeterEvent,

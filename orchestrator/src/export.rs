@@ -1,11 +1,36 @@
-//! Human-readable rendering of comparison results. JSON output is the
-//! serialized [`crate::compare::CompareReport`] itself.
+//! Human-readable rendering of comparison results, and the number formats
+//! every command's text shares. JSON output is the serialized
+//! [`crate::compare::CompareReport`] itself.
 
-use crate::compare::CompareReport;
+use crate::compare::{ArmSummary, CompareReport};
 use crate::verdict::Verdict;
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+pub fn fmt_ratio(v: Option<f64>) -> String {
+    opt(v, 3)
+}
+
+pub fn fmt_ci(v: Option<[f64; 2]>) -> String {
+    v.map_or("-".into(), |[l, h]| format!("[{l:.3}, {h:.3}]"))
+}
+
+/// A ratio with its interval, as `0.862 [0.820, 0.921]`.
+pub fn fmt_estimate(ratio: Option<f64>, ci: Option<[f64; 2]>) -> String {
+    format!("{} {}", fmt_ratio(ratio), fmt_ci(ci))
+}
+
+/// Each arm's median cost on this machine, one line: raw costs belong to
+/// the machine that measured them, so review commands print them apart.
+pub fn arm_medians(unit: &str, arms: &[ArmSummary]) -> String {
+    let mut s = format!("this machine, {unit} per connection (median):");
+    for a in arms {
+        let gate = if a.gate.passed { "" } else { " (gate FAILED)" };
+        s += &format!(" {} {:.0}{gate};", a.arm, a.cost_per_connection.median);
+    }
+    s + "\n"
 }
 
 pub fn compare_table(r: &CompareReport) -> String {
@@ -75,9 +100,7 @@ pub fn compare_table(r: &CompareReport) -> String {
     }
     for c in &r.comparisons {
         let arm = &r.arms[c.arm].arm;
-        let ci = c
-            .ratio_ci95
-            .map_or("-".into(), |[lo, hi]| format!("[{lo:.3}, {hi:.3}]"));
+        let ci = fmt_ci(c.ratio_ci95);
         let change = match (c.verdict, c.ratio_median) {
             (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) if m < 1.0 => {
                 format!("{:.1}% cheaper", (1.0 - m) * 100.0)
@@ -90,7 +113,7 @@ pub fn compare_table(r: &CompareReport) -> String {
         out += &format!(
             "  {:<w$} ratio {} CI95 {}  cv {}  => {} ({change})\n",
             arm,
-            opt(c.ratio_median, 3),
+            fmt_ratio(c.ratio_median),
             ci,
             opt(c.ratio_cv, 3),
             c.verdict.name()

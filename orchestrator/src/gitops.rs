@@ -4,6 +4,11 @@
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
+/// The first ten characters of a commit id, as every output shows them.
+pub fn short(oid: &str) -> &str {
+    oid.char_indices().nth(10).map_or(oid, |(i, _)| &oid[..i])
+}
+
 /// Writes the files of `subdir` at `rev` into `dest`.
 pub fn export_subtree(repo_root: &Path, rev: &str, subdir: &Path, dest: &Path) -> Result<()> {
     let repo = git2::Repository::discover(repo_root)

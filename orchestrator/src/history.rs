@@ -5,6 +5,8 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+use crate::export::{fmt_ci, fmt_ratio};
+use crate::gitops::short;
 use crate::lineage::{Lineage, RecordedRun, Source, Step};
 
 /// One attempt of the run, whatever became of it.
@@ -60,9 +62,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
                 ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
                 vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
                 detail: a
-                    .detail
-                    .as_deref()
-                    .or(a.build_log_tail.as_deref())
+                    .evidence()
                     .map(|d| d.lines().next().unwrap_or("").to_string()),
             })
             .collect()
@@ -81,23 +81,6 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
         lineage: lineage.steps,
         attempts,
     })
-}
-
-pub fn fmt_ratio(v: Option<f64>) -> String {
-    v.map_or("-".into(), |x| format!("{x:.3}"))
-}
-
-pub fn fmt_ci(v: Option<[f64; 2]>) -> String {
-    v.map_or("-".into(), |[l, h]| format!("[{l:.3}, {h:.3}]"))
-}
-
-/// A ratio with its interval, as `0.862 [0.820, 0.921]`.
-pub fn fmt_estimate(ratio: Option<f64>, ci: Option<[f64; 2]>) -> String {
-    format!("{} {}", fmt_ratio(ratio), fmt_ci(ci))
-}
-
-fn short(oid: &str) -> String {
-    oid.chars().take(10).collect()
 }
 
 pub fn render(h: &History) -> String {
@@ -126,7 +109,7 @@ pub fn render(h: &History) -> String {
     );
     for s in &h.lineage {
         let commit = match &s.commit {
-            Some(c) => short(c),
+            Some(c) => short(c).to_string(),
             None => format!("{}*", short(&s.recorded_commit)),
         };
         out += &format!(
@@ -156,7 +139,7 @@ pub fn render(h: &History) -> String {
         );
         for a in attempts {
             let reference = match (&a.ref_commit, &a.attempt_ref) {
-                (Some(c), _) => short(c),
+                (Some(c), _) => short(c).to_string(),
                 (None, Some(_)) => "(missing)".into(),
                 (None, None) => "-".into(),
             };

@@ -87,6 +87,14 @@ pub struct AttemptRecord {
     pub finished_at: String,
 }
 
+impl AttemptRecord {
+    /// What a reviewer reads first about the attempt: its detail, else the
+    /// tail of its build log.
+    pub fn evidence(&self) -> Option<&str> {
+        self.detail.as_deref().or(self.build_log_tail.as_deref())
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ChampionRecord {
     pub commit: String,
@@ -144,8 +152,8 @@ impl Journal {
         let j = Self { dir };
         let path = j.attempts_path();
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if !text.is_empty() && !text.ends_with('\n') {
-            let keep = text.rfind('\n').map_or(0, |i| i + 1);
+        let keep = whole_lines(&text);
+        if keep < text.len() {
             tracing::warn!(
                 "{}: cutting off a torn last line ({} bytes)",
                 path.display(),
@@ -206,15 +214,22 @@ impl Journal {
     }
 }
 
+/// The length of `text` up to the end of its last complete line.
+fn whole_lines(text: &str) -> usize {
+    text.rfind('\n').map_or(0, |i| i + 1)
+}
+
+/// The journaled attempts. Read only: a torn last line (a run killed
+/// mid-append) is skipped here; [`Journal::open`] is what cuts it off.
 pub fn read_attempts(path: &Path) -> Result<Vec<AttemptRecord>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    parse_attempts(&text, path)
-}
-
-/// The attempt lines of `text`, read from `path` (named in errors).
-pub fn parse_attempts(text: &str, path: &Path) -> Result<Vec<AttemptRecord>> {
-    text.lines()
+    let keep = whole_lines(&text);
+    if keep < text.len() {
+        tracing::warn!("{}: ignoring a torn last line", path.display());
+    }
+    text[..keep]
+        .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {

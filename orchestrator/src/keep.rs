@@ -83,15 +83,7 @@ mod tests {
     use super::*;
 
     fn cmp(median: f64, lo: f64, hi: f64) -> Comparison {
-        Comparison {
-            arm: 1,
-            baseline: 0,
-            ratio_median: Some(median),
-            ratio_ci95: Some([lo, hi]),
-            verdict: crate::verdict::judge(median, (lo, hi), 0.03),
-            ratio_cv: None,
-            block_ratios: vec![],
-        }
+        Comparison::judged(median, lo, hi, 0.03)
     }
 
     #[test]

@@ -39,14 +39,7 @@ impl RecordedRun {
             );
         }
         let run: RunRecord = journal::read_json(&run_path)?;
-        let attempts_path = dir.join("attempts.jsonl");
-        let mut text = std::fs::read_to_string(&attempts_path)
-            .with_context(|| format!("reading {}", attempts_path.display()))?;
-        if !text.is_empty() && !text.ends_with('\n') {
-            tracing::warn!("{}: ignoring a torn last line", attempts_path.display());
-            text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
-        }
-        let attempts = journal::parse_attempts(&text, &attempts_path)?;
+        let attempts = journal::read_attempts(&dir.join("attempts.jsonl"))?;
         Ok(Self { dir, run, attempts })
     }
 

@@ -245,7 +245,8 @@ struct CompareArgs {
     json: bool,
 }
 
-/// Checks every arm spec (before any build), then builds them in order.
+/// Checks every arm spec, so a typo in the last is named before the first
+/// is built.
 fn parse_arms(specs: &[String]) -> Result<()> {
     for a in specs {
         arm::ArmSpec::parse(a)?;
@@ -335,7 +336,7 @@ fn doctor(cli: &Cli) -> Result<()> {
 }
 
 /// What the review commands read: the repository a configuration belongs
-/// to, the configuration, and its `results/` and profiles directories.
+/// to, and the configuration (which names its `results/` and knowledge base).
 struct Review {
     repo: git2::Repository,
     config: Config,
@@ -380,11 +381,8 @@ fn report(cli: &Cli, args: &ReportArgs) -> Result<()> {
         .output
         .clone()
         .unwrap_or_else(|| run.dir.join("report.html"));
-    let profiles = review
-        .root
-        .join(&review.config.paths.knowledge_base)
-        .join("profiles");
-    report::write(&review.repo, &run, &profiles, &out)?;
+    let kb = review.root.join(&review.config.paths.knowledge_base);
+    report::write(&review.repo, &run, &kb, &out)?;
     println!("{}", out.display());
     Ok(())
 }
@@ -479,6 +477,8 @@ fn ablate(cli: &Cli, args: &AblateArgs) -> Result<()> {
 
 fn sweep(cli: &Cli, args: &SweepArgs) -> Result<()> {
     let base = Config::load(&cli.config)?;
+    // Every level is checked as `load.connections` would be; the last one's
+    // configuration opens the session, and the sweep sets each level itself.
     let mut config = None;
     for &level in &args.connections {
         let measure = MeasureArgs {

@@ -6,6 +6,7 @@
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,6 +21,19 @@ pub struct Profile {
     pub dso_shares: BTreeMap<String, f64>,
     /// The hottest symbols: (share, dso, symbol).
     pub top: Vec<(f64, String, String)>,
+}
+
+impl Profile {
+    /// Where the profile of a run's champion is kept in the knowledge base
+    /// `kb`: the loop writes it there, the report reads it back.
+    pub fn stored_path(kb: &Path, run_id: &str, attempt: usize) -> PathBuf {
+        kb.join("profiles").join(format!("{run_id}-{attempt}.json"))
+    }
+
+    /// The stored profile, when the run recorded one.
+    pub fn load_stored(kb: &Path, run_id: &str, attempt: usize) -> Option<Self> {
+        crate::journal::read_json(&Self::stored_path(kb, run_id, attempt)).ok()
+    }
 }
 
 fn group(dso: &str) -> &'static str {

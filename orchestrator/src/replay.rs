@@ -19,7 +19,7 @@ use crate::arm::Arm;
 use crate::build::BuildFailure;
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::{self, Fingerprint};
-use crate::history::{fmt_ci, fmt_estimate, fmt_ratio};
+use crate::export::{arm_medians, fmt_ci, fmt_estimate, fmt_ratio};
 use crate::keep::{self, Decision};
 use crate::lineage::{self, Lineage, RecordedRun, Trees};
 use crate::progress;
@@ -153,10 +153,12 @@ impl Replayer<'_> {
             );
         }
         let (lineage, trees) = lineage::with_trees(self.repo, self.run)?;
+        // Only the build needs the source; the binary stays in the cache.
+        let control_src = tempfile::tempdir()?;
         let control = self
             .session
             .workspace
-            .control_at_rev(&self.run.run.base_commit)
+            .control_at_rev(&self.run.run.base_commit, control_src.path())
             .context("building the control of the run's base commit")?;
         let mut arms = Vec::new();
         for (step, tree) in lineage.steps.iter().zip(&trees) {
@@ -493,12 +495,8 @@ pub fn render(r: &ReplayRecord) -> String {
         fmt_ratio(c.start_vs_control.ratio_median),
         fmt_ci(c.start_vs_control.ratio_ci95),
     );
-    s += &format!("\nthis machine, {} per connection (median):", r.unit);
-    for a in &r.arms {
-        let gate = if a.gate.passed { "" } else { " (gate FAILED)" };
-        s += &format!(" {} {:.0}{gate};", a.arm, a.cost_per_connection.median);
-    }
     s += "\n";
+    s += &arm_medians(&r.unit, &r.arms);
     if let Some(ds) = &r.decisions {
         s += &format!(
             "\n{}:\n{:>7}  {:<13} {:<14} {:>6} {:<16}  note\n",

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::ablate::AblationRecord;
-use crate::history::{fmt_ci, fmt_ratio};
+use crate::export::{fmt_ci, fmt_ratio};
 use crate::lineage::{Lineage, RecordedRun, Source};
 use crate::profile::Profile;
 use crate::replay::ReplayRecord;
@@ -244,11 +244,6 @@ fn control_chart(run: &RecordedRun) -> String {
     c.render()
 }
 
-pub fn load_profile(dir: &Path, run_id: &str, attempt: usize) -> Option<Profile> {
-    let text = std::fs::read_to_string(dir.join(format!("{run_id}-{attempt}.json"))).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
 fn profile_chart(base: Option<&Profile>, champion: Option<&Profile>, champion_at: usize) -> String {
     let groups = ["kernel", "treatment", "liburing", "libc", "other"];
     let shares = |p: &Profile| -> BTreeMap<&str, f64> {
@@ -288,8 +283,9 @@ fn profile_chart(base: Option<&Profile>, champion: Option<&Profile>, champion_at
     ] {
         match p {
             Some(p) => {
+                let shares = shares(p);
                 for (i, g) in groups.iter().enumerate() {
-                    let v = shares(p)[g];
+                    let v = shares[g];
                     c.bar(
                         i as f64 + offset,
                         0.34,
@@ -314,11 +310,7 @@ fn attempts_table(run: &RecordedRun) -> String {
     for a in &run.attempts {
         let (color, _) = style(&a.verdict);
         let c = a.vs_champion.as_ref();
-        let detail = a
-            .detail
-            .as_deref()
-            .or(a.build_log_tail.as_deref())
-            .unwrap_or("");
+        let detail = a.evidence().unwrap_or("");
         let _ = write!(
             s,
             "<tr id=\"attempt-{n}\"><td>{n}</td><td><span class=\"verdict\" style=\"background:{color}\">{v}</span></td>\
@@ -359,7 +351,7 @@ fn lineage_table(lineage: &Lineage) -> String {
             s,
             "<tr><td>{}</td><td><code>{}</code>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
             if st.attempt == 0 { "start".into() } else { st.attempt.to_string() },
-            escape(&commit.chars().take(10).collect::<String>()),
+            escape(crate::gitops::short(commit)),
             if st.commit.is_none() { " (not in this repository)" } else { "" },
             fmt_ratio(st.ratio),
             fmt_ci(st.ci95),
@@ -446,9 +438,8 @@ fn latest<T: serde::de::DeserializeOwned>(run: &RecordedRun, kind: &str) -> Opti
         .collect();
     files.sort();
     let path = files.pop()?;
-    let text = std::fs::read_to_string(&path).ok()?;
     let name = path.file_name()?.to_string_lossy().to_string();
-    serde_json::from_str(&text).ok().map(|v| (name, v))
+    crate::journal::read_json(&path).ok().map(|v| (name, v))
 }
 
 fn replay_section(run: &RecordedRun) -> Option<String> {
@@ -544,7 +535,8 @@ th,td{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-alig
 .note{color:#555;font-size:13px}.warn{color:#b2182b}svg.chart{display:block;margin:8px 0}";
 
 /// The whole report as one HTML document.
-pub fn render(run: &RecordedRun, lineage: &Lineage, profiles: &Path) -> String {
+/// `kb` is the knowledge base, where the loop stored the run's profiles.
+pub fn render(run: &RecordedRun, lineage: &Lineage, kb: &Path) -> String {
     let r = &run.run;
     let champion = lineage.steps.last().expect("lineage has its base");
     let kept = lineage.steps.len() - 1;
@@ -601,8 +593,8 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, profiles: &Path) -> String {
             SECTIONS[3],
             "Profile: baseline and champion",
             profile_chart(
-                load_profile(profiles, &r.run_id, 0).as_ref(),
-                load_profile(profiles, &r.run_id, champion.attempt).as_ref(),
+                Profile::load_stored(kb, &r.run_id, 0).as_ref(),
+                Profile::load_stored(kb, &r.run_id, champion.attempt).as_ref(),
                 champion.attempt,
             ),
             "perf record -e cpu-clock -g on the server in an extra, unscored window. On loopback the \
@@ -628,13 +620,8 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, profiles: &Path) -> String {
 }
 
 /// Writes the report of `run` to `out`.
-pub fn write(
-    repo: &git2::Repository,
-    run: &RecordedRun,
-    profiles: &Path,
-    out: &Path,
-) -> Result<()> {
+pub fn write(repo: &git2::Repository, run: &RecordedRun, kb: &Path, out: &Path) -> Result<()> {
     let lineage = Lineage::read(repo, run)?;
-    let html = render(run, &lineage, profiles);
+    let html = render(run, &lineage, kb);
     crate::journal::write_atomic(out, html.as_bytes())
 }

@@ -19,13 +19,13 @@ use crate::build::BuildFailure;
 use crate::compare::{Comparison, Samples, Tampered};
 use crate::config::Config;
 use crate::environment;
-use crate::gitops::{GitDirSnapshot, MainTreeSnapshot, RunRepo};
+use crate::gitops::{short, GitDirSnapshot, MainTreeSnapshot, RunRepo};
 use crate::interrupt;
 use crate::journal::{AaCheck, AttemptRecord, ChampionRecord, Durations, Journal, RunRecord};
 use crate::keep::{self, Decision};
 use crate::knowledge::{self, KnowledgeBase, Lesson};
 use crate::launch::ServerCommand;
-use crate::profile;
+use crate::profile::{self, Profile};
 use crate::scope;
 use crate::session::Session;
 use crate::trial::{self, TrialSettings};
@@ -114,10 +114,6 @@ struct Loop<'a> {
     tampered: bool,
 }
 
-fn short(oid: &str) -> &str {
-    &oid[..oid.len().min(10)]
-}
-
 impl Loop<'_> {
     fn config(&self) -> &Config {
         self.session.config()
@@ -144,16 +140,7 @@ impl Loop<'_> {
             }
         }
         self.champion_arm = self.build_champion()?;
-        let (command, built) = self
-            .session
-            .workspace
-            .control_command_at(&self.control_src)?;
-        self.control = Arm {
-            label: "control".into(),
-            command,
-            source_hash: Some(built.source_hash),
-            binary_hash: Some(built.binary_hash),
-        };
+        self.control = self.session.workspace.control_at(&self.control_src)?;
         say(
             &self.bar,
             "rebuilt the champion and the control after a binary was modified on disk",
@@ -336,12 +323,9 @@ impl Loop<'_> {
             settings.window,
         ) {
             Ok(p) => {
-                let dir = self.kb.dir.join("profiles");
-                let path = dir.join(format!(
-                    "{}-{}.json",
-                    self.run.run_id, self.champion.attempt
-                ));
-                let written = std::fs::create_dir_all(&dir)
+                let path =
+                    Profile::stored_path(&self.kb.dir, &self.run.run_id, self.champion.attempt);
+                let written = std::fs::create_dir_all(path.parent().expect("a file in a dir"))
                     .map_err(anyhow::Error::from)
                     .and_then(|_| {
                         crate::journal::write_atomic(&path, &serde_json::to_vec_pretty(&p)?)
@@ -958,21 +942,10 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
     // Beside the run's worktree, not in /tmp: a killed run leaves nothing
     // there, and a resume exports it afresh to the same place.
     let control_src = root.join(".ratchet").join("control").join(&run.run_id);
-    if control_src.exists() {
-        std::fs::remove_dir_all(&control_src)
-            .with_context(|| format!("clearing {}", control_src.display()))?;
-    }
-    std::fs::create_dir_all(&control_src)
-        .with_context(|| format!("creating {}", control_src.display()))?;
-    crate::gitops::export_subtree(&root, &run.base_commit, &cfg.paths.control, &control_src)
-        .context("exporting the control at the run's base commit")?;
-    let (control_cmd, control_built) = session.workspace.control_command_at(&control_src)?;
-    let control = Arm {
-        label: "control".into(),
-        command: control_cmd,
-        source_hash: Some(control_built.source_hash),
-        binary_hash: Some(control_built.binary_hash),
-    };
+    let control = session
+        .workspace
+        .control_at_rev(&run.base_commit, &control_src)
+        .context("building the control of the run's base commit")?;
     let mut lp = Loop {
         session: &session,
         journal,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arm::Arm;
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::Fingerprint;
-use crate::history::{fmt_ci, fmt_ratio};
+use crate::export::{fmt_ci, fmt_ratio};
 use crate::progress;
 use crate::session::Session;
 use crate::svg::{self, Chart, Marker};
