@@ -44,32 +44,14 @@ impl Drop for Release {
 }
 
 fn planted_playbook() -> Vec<String> {
-    vec![
-        entry(
-            "shorter-spin",
-            "Shorten the busy-wait from 400 to 100 us",
-            "#define SPIN_NS 400000L\n",
-            "#define SPIN_NS 100000L\n",
-        ),
-        entry(
-            "remove-spin",
-            "Remove the busy-wait from the accept path",
-            "\tslow_down();\n",
-            "",
-        ),
-        entry(
-            "spin-on-recv",
-            "Busy-wait before every recv",
-            "\ttag(sqe, c, OP_RECV);\n",
-            "\tslow_down();\n\ttag(sqe, c, OP_RECV);\n",
-        ),
-        entry(
-            "syntax-error",
-            "A change that does not compile",
-            "#define RECV_BUF 1024\n",
-            "#define RECV_BUF 1024 +\n",
-        ),
-    ]
+    let mut entries = vec![entry(
+        "shorter-spin",
+        "Shorten the busy-wait from 400 to 100 us",
+        "#define SPIN_NS 400000L\n",
+        "#define SPIN_NS 100000L\n",
+    )];
+    entries.extend(spin_entries());
+    entries
 }
 
 /// The recorded run (made once per test binary, under the measuring lock),

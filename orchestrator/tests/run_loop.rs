@@ -25,26 +25,10 @@ fn show(out: &Output) -> String {
     )
 }
 
+/// keep, discard, build_failed, then no_op and invalid.
 fn planted_playbook() -> Vec<String> {
-    vec![
-        entry(
-            "remove-spin",
-            "Remove the busy-wait from the accept path",
-            "\tslow_down();\n",
-            "",
-        ),
-        entry(
-            "spin-on-recv",
-            "Busy-wait before every recv as well",
-            "\ttag(sqe, c, OP_RECV);\n",
-            "\tslow_down();\n\ttag(sqe, c, OP_RECV);\n",
-        ),
-        entry(
-            "syntax-error",
-            "A change that does not compile",
-            "#define RECV_BUF 1024\n",
-            "#define RECV_BUF 1024 +\n",
-        ),
+    let mut entries = spin_entries().to_vec();
+    entries.extend([
         entry(
             "comment-only",
             "Reword a comment",
@@ -57,7 +41,8 @@ fn planted_playbook() -> Vec<String> {
             "Content-Length: 2\\r\\n",
             "Content-Length: 3\\r\\n",
         ),
-    ]
+    ]);
+    entries
 }
 
 #[test]

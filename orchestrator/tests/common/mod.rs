@@ -139,6 +139,32 @@ pub fn entry(id: &str, hypothesis: &str, search: &str, replace: &str) -> String 
     )
 }
 
+/// Three entries on the fixture's busy-wait, in this order: remove it from
+/// the accept path (keep), add it before every recv (discard), and break
+/// the build (build_failed).
+pub fn spin_entries() -> [String; 3] {
+    [
+        entry(
+            "remove-spin",
+            "Remove the busy-wait from the accept path",
+            "\tslow_down();\n",
+            "",
+        ),
+        entry(
+            "spin-on-recv",
+            "Busy-wait before every recv",
+            "\ttag(sqe, c, OP_RECV);\n",
+            "\tslow_down();\n\ttag(sqe, c, OP_RECV);\n",
+        ),
+        entry(
+            "syntax-error",
+            "A change that does not compile",
+            "#define RECV_BUF 1024\n",
+            "#define RECV_BUF 1024 +\n",
+        ),
+    ]
+}
+
 /// A git repository laid out like the project, with a treatment slowed by
 /// a 160 us busy-wait per connection: several times the vanilla server's own
 /// cost on any machine, so removing it clears the 30% line by a wide margin
