@@ -43,6 +43,15 @@ impl Drop for Release {
     }
 }
 
+/// Removes a directory when dropped, passed or failed.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
 fn planted_playbook() -> Vec<String> {
     let mut entries = vec![entry(
         "shorter-spin",
@@ -179,15 +188,19 @@ fn log_reads_the_lineage_from_git_and_every_attempt_from_its_ref() {
             git(&r.root, &["rev-parse", reference])
         );
     }
-    // The table says the same for a person.
+    // The table says the same for a person, of the latest run by default.
     let out = ratchet_in(&r.root, &["log", "--all"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", show(&out));
+    assert!(text.starts_with(&format!("run {} (", r.id)), "{text}");
     assert!(
         text.contains(&format!("lineage from branch {branch}")),
         "{text}"
     );
-    assert!(text.contains("build_failed") && text.contains("Busy-wait before every recv"));
+    assert!(
+        text.contains("build_failed") && text.contains("Busy-wait before every recv"),
+        "{text}"
+    );
     // A run that does not exist is named.
     let out = ratchet_in(&r.root, &["log", "no-such-run"]);
     assert!(!out.status.success());
@@ -259,6 +272,9 @@ fn replay_decisions_finds_a_planted_disagreement() {
     let planted_id = format!("{}-planted", r.id);
     let planted = r.root.join("results").join(&planted_id);
     std::fs::create_dir_all(&planted).unwrap();
+    // Gone before the measuring lock is released: it would otherwise be the
+    // latest run, the one `ratchet log` shows by default in the other tests.
+    let _planted = RemoveOnDrop(planted.clone());
     for name in ["run.json", "champion.json"] {
         std::fs::copy(original.join(name), planted.join(name)).unwrap();
     }
