@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::{self, Fingerprint};
-use crate::export::{arm_medians, fmt_ci, fmt_estimate, fmt_ratio};
+use crate::export::{arm_medians, fmt_estimate, fmt_ratio};
 use crate::lineage::{self, RecordedRun};
 use crate::progress;
 use crate::session::Session;
@@ -231,8 +231,7 @@ impl Ablation<'_> {
                 continue;
             };
             let f = interaction(&costs(0), &costs(a), &costs(b), &costs(*both));
-            let estimate = stats::median_ci95(&f);
-            let (factor, ci) = (estimate.map(|e| e.0), estimate.map(|e| e.1));
+            let (factor, ci) = stats::median_ci95(&f).unzip();
             let interacts = matches!((factor, ci), (Some(m), Some([lo, hi]))
                 if (lo > 1.0 || hi < 1.0) && (m - 1.0).abs() >= threshold);
             pairs.push(Interaction {
@@ -296,11 +295,10 @@ pub fn render(r: &AblationRecord) -> String {
         s += "\npairs (factor = r(both removed) / (r(first) x r(second)); 1 = independent):\n";
         for p in &r.pairs {
             s += &format!(
-                "  #{} + #{}: factor {} {}  {}{}\n",
+                "  #{} + #{}: factor {}  {}{}\n",
                 p.attempts[0],
                 p.attempts[1],
-                fmt_ratio(p.factor),
-                fmt_ci(p.factor_ci95),
+                fmt_estimate(p.factor, p.factor_ci95),
                 if p.interacts { "INTERACT: " } else { "" },
                 p.description
             );

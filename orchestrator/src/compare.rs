@@ -154,8 +154,7 @@ impl Samples {
     pub fn compare(&self, arm: usize, baseline: usize, threshold: f64) -> Comparison {
         let ratios = self.ratios(arm, baseline);
         let valid = self.gate(arm).passed && self.gate(baseline).passed && !ratios.is_empty();
-        let estimate = stats::median_ci95(&ratios);
-        let (median, ci) = (estimate.map(|e| e.0), estimate.map(|e| e.1));
+        let (median, ci) = stats::median_ci95(&ratios).unzip();
         let verdict = match (valid, median, ci) {
             (true, Some(m), Some(ci)) => verdict::judge(m, (ci[0], ci[1]), threshold),
             _ => Verdict::Invalid,

@@ -2,7 +2,7 @@
 //! every command's text shares. JSON output is the serialized
 //! [`crate::compare::CompareReport`] itself.
 
-use crate::compare::{ArmSummary, CompareReport};
+use crate::compare::{ArmSummary, CompareReport, Comparison};
 use crate::verdict::Verdict;
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -20,6 +20,11 @@ pub fn fmt_ci(v: Option<[f64; 2]>) -> String {
 /// A ratio with its interval, as `0.862 [0.820, 0.921]`.
 pub fn fmt_estimate(ratio: Option<f64>, ci: Option<[f64; 2]>) -> String {
     format!("{} {}", fmt_ratio(ratio), fmt_ci(ci))
+}
+
+/// A comparison's ratio with its interval.
+pub fn fmt_comparison(c: &Comparison) -> String {
+    fmt_estimate(c.ratio_median, c.ratio_ci95)
 }
 
 /// Each arm's median cost on this machine, one line: raw costs belong to

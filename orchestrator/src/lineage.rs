@@ -345,13 +345,9 @@ impl<'r> Trees<'r> {
         Self { repo }
     }
 
-    fn of_commit(&self, oid: &str) -> Option<git2::Oid> {
-        commit_tree(self.repo, oid)
-    }
-
     /// The tree each step of the lineage stands for, oldest first.
     pub fn of_lineage(&self, run: &RecordedRun, lineage: &Lineage) -> Result<Vec<git2::Oid>> {
-        let base = self.of_commit(&run.run.base_commit).with_context(|| {
+        let base = commit_tree(self.repo, &run.run.base_commit).with_context(|| {
             format!(
                 "the run's base commit {} is not in this repository",
                 run.run.base_commit
@@ -360,7 +356,11 @@ impl<'r> Trees<'r> {
         let mut trees = vec![base];
         for step in &lineage.steps[1..] {
             let previous = *trees.last().expect("base first");
-            let tree = match step.commit.as_deref().and_then(|c| self.of_commit(c)) {
+            let tree = match step
+                .commit
+                .as_deref()
+                .and_then(|c| commit_tree(self.repo, c))
+            {
                 Some(t) => t,
                 None => {
                     let attempt = run.attempt(step.attempt).with_context(|| {
@@ -386,7 +386,7 @@ impl<'r> Trees<'r> {
             .attempt_ref
             .as_deref()
             .and_then(|r| self.repo.refname_to_id(r).ok())
-            .and_then(|o| self.of_commit(&o.to_string()));
+            .and_then(|o| commit_tree(self.repo, &o.to_string()));
         match from_ref {
             Some(t) => Ok(t),
             None => self.rebuild(champion, attempt).with_context(|| {

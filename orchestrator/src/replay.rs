@@ -19,7 +19,7 @@ use crate::arm::Arm;
 use crate::build::BuildFailure;
 use crate::compare::{ArmSummary, Comparison, Samples};
 use crate::environment::{self, Fingerprint};
-use crate::export::{arm_medians, fmt_ci, fmt_estimate, fmt_ratio};
+use crate::export::{arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
 use crate::keep::{self, Decision};
 use crate::lineage::{self, Lineage, RecordedRun, Trees};
 use crate::progress;
@@ -484,16 +484,13 @@ pub fn render(r: &ReplayRecord) -> String {
     s += &format!("{reproduced} of {} keeps reproduced\n", r.keeps.len());
     let c = &r.champion;
     s += &format!(
-        "\nthe final champion:\n  against the start:   recorded {:.3} (product of kept ratios), now {} {}\n  \
-         against the control: recorded {}, now {} {}\n  the start against the control, now {} {}\n",
+        "\nthe final champion:\n  against the start:   recorded {:.3} (product of kept ratios), now {}\n  \
+         against the control: recorded {}, now {}\n  the start against the control, now {}\n",
         c.recorded_vs_start,
-        fmt_ratio(c.vs_start.ratio_median),
-        fmt_ci(c.vs_start.ratio_ci95),
+        fmt_comparison(&c.vs_start),
         fmt_ratio(c.recorded_vs_control),
-        fmt_ratio(c.vs_control.ratio_median),
-        fmt_ci(c.vs_control.ratio_ci95),
-        fmt_ratio(c.start_vs_control.ratio_median),
-        fmt_ci(c.start_vs_control.ratio_ci95),
+        fmt_comparison(&c.vs_control),
+        fmt_comparison(&c.start_vs_control),
     );
     s += "\n";
     s += &arm_medians(&r.unit, &r.arms);

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::ablate::AblationRecord;
-use crate::export::{fmt_ci, fmt_ratio};
+use crate::export::{fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
 use crate::lineage::{Lineage, RecordedRun, Source};
 use crate::profile::Profile;
 use crate::replay::ReplayRecord;
@@ -466,13 +466,11 @@ fn replay_section(run: &RecordedRun) -> Option<String> {
     let c = &r.champion;
     let _ = write!(
         s,
-        "</tbody></table><p>Final champion now: {} {} of the start (recorded {:.3}), {} {} of the control \
+        "</tbody></table><p>Final champion now: {} of the start (recorded {:.3}), {} of the control \
          (recorded {}).</p>",
-        fmt_ratio(c.vs_start.ratio_median),
-        fmt_ci(c.vs_start.ratio_ci95),
+        fmt_comparison(&c.vs_start),
         c.recorded_vs_start,
-        fmt_ratio(c.vs_control.ratio_median),
-        fmt_ci(c.vs_control.ratio_ci95),
+        fmt_comparison(&c.vs_control),
         fmt_ratio(c.recorded_vs_control)
     );
     if let Some(ds) = &r.decisions {
@@ -516,11 +514,10 @@ fn ablation_section(run: &RecordedRun) -> Option<String> {
     for p in &a.pairs {
         let _ = write!(
             s,
-            "<p>#{} + #{}: factor {} {}: {}</p>",
+            "<p>#{} + #{}: factor {}: {}</p>",
             p.attempts[0],
             p.attempts[1],
-            fmt_ratio(p.factor),
-            fmt_ci(p.factor_ci95),
+            fmt_estimate(p.factor, p.factor_ci95),
             escape(&p.description)
         );
     }
