@@ -14,7 +14,7 @@ use crate::export::{fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
 use crate::lineage::{Lineage, RecordedRun, Source};
 use crate::profile::Profile;
 use crate::replay::ReplayRecord;
-use crate::svg::{escape, range, Chart, Marker};
+use crate::svg::{escape, range, Chart, Marker, PointStyle};
 
 pub const KEPT: &str = "#1b9e77";
 pub const DISCARDED: &str = "#7f7f7f";
@@ -176,13 +176,16 @@ fn ratio_chart(run: &RecordedRun) -> String {
         true,
     );
     for (number, median, [l, h], verdict) in points {
-        c.interval(number as f64, l, h, INTERVAL);
         let (color, marker) = style(verdict);
-        c.marker(
+        c.estimate(
             number as f64,
             median,
-            color,
-            marker,
+            Some([l, h]),
+            PointStyle {
+                color,
+                marker,
+                interval: INTERVAL,
+            },
             &format!("#{number} {verdict}: {median:.3} [{l:.3}, {h:.3}]"),
         );
     }
@@ -221,14 +224,15 @@ fn control_chart(run: &RecordedRun) -> String {
     .x_ticks(x_ticks(n));
     c.reference(1.0, "#444", "the Go control", false);
     for (number, median, ci) in &points {
-        if let Some([l, h]) = ci {
-            c.interval(*number as f64, *l, *h, CONTROL);
-        }
-        c.marker(
+        c.estimate(
             *number as f64,
             *median,
-            CONTROL,
-            Marker::Dot,
+            *ci,
+            PointStyle {
+                color: CONTROL,
+                marker: Marker::Dot,
+                interval: CONTROL,
+            },
             &format!("champion in attempt #{number}: {median:.3} of the control"),
         );
     }

@@ -39,6 +39,18 @@ pub enum Marker {
     Square,
 }
 
+/// Half the width of an interval's caps: wider than every marker (at most
+/// 5.5 px from its centre), so a cap always shows beside one.
+const CAP: f64 = 7.0;
+
+/// How [`Chart::estimate`] draws a point and its interval.
+#[derive(Clone, Copy)]
+pub struct PointStyle<'a> {
+    pub color: &'a str,
+    pub marker: Marker,
+    pub interval: &'a str,
+}
+
 /// About five round tick values covering [lo, hi].
 pub fn ticks(lo: f64, hi: f64) -> Vec<f64> {
     if hi.partial_cmp(&lo) != Some(std::cmp::Ordering::Greater) {
@@ -179,17 +191,23 @@ impl Chart {
         );
     }
 
-    /// A vertical interval [lo, hi] at `x`, with caps.
-    pub fn interval(&mut self, x: f64, lo: f64, hi: f64, color: &str) {
-        let (cx, y0, y1) = (self.px(x), self.py(lo), self.py(hi));
-        let _ = write!(
-            self.body,
-            r#"<path d="M{cx:.1} {y0:.1}V{y1:.1}M{:.1} {y0:.1}H{:.1}M{:.1} {y1:.1}H{:.1}" stroke="{color}" stroke-width="2.5" fill="none"/>"#,
-            cx - 5.0,
-            cx + 5.0,
-            cx - 5.0,
-            cx + 5.0
-        );
+    /// A point estimate at (`x`, `y`) with its interval [lo, hi] drawn over
+    /// the marker, caps wider than any marker: an interval narrower than the
+    /// marker would otherwise vanish behind it and read as no interval.
+    pub fn estimate(&mut self, x: f64, y: f64, ci: Option<[f64; 2]>, style: PointStyle, tip: &str) {
+        self.marker(x, y, style.color, style.marker, tip);
+        if let Some([lo, hi]) = ci {
+            let (cx, y0, y1) = (self.px(x), self.py(lo), self.py(hi));
+            let _ = write!(
+                self.body,
+                r#"<path d="M{cx:.1} {y0:.1}V{y1:.1}M{:.1} {y0:.1}H{:.1}M{:.1} {y1:.1}H{:.1}" stroke="{}" stroke-width="2.5" fill="none"/>"#,
+                cx - CAP,
+                cx + CAP,
+                cx - CAP,
+                cx + CAP,
+                style.interval
+            );
+        }
     }
 
     /// A dashed horizontal reference line with a label at its right end,
@@ -373,5 +391,21 @@ mod tests {
         assert!(s.starts_with("<svg class=\"chart\" data-chart=\"cost\""));
         assert!(s.contains("a &lt;b&gt;") && s.contains("#123456") && s.contains("H"));
         assert!(s.ends_with("</svg>"));
+    }
+
+    #[test]
+    fn an_interval_narrower_than_its_marker_is_drawn_over_it() {
+        let mut c = Chart::new("t", "t", (0.0, 2.0), (0.0, 10.0));
+        let style = PointStyle {
+            color: "#111111",
+            marker: Marker::Ring,
+            interval: "#222222",
+        };
+        c.estimate(1.0, 5.0, Some([4.99, 5.01]), style, "tight");
+        let s = c.render();
+        let (ring, interval) = (s.find("#111111").unwrap(), s.find("#222222").unwrap());
+        assert!(ring < interval, "the interval comes after the marker: {s}");
+        let cx = c.px(1.0);
+        assert!(s.contains(&format!("M{:.1} ", cx - CAP)) && CAP > 5.5);
     }
 }
