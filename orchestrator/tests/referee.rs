@@ -183,12 +183,14 @@ fn control_and_treatment_pass_the_gate() {
 /// asserted to be `same`: a 95% interval leaves out 1 in about one A/A run in
 /// twenty by construction (more when the VM drifts), and `worse` asks for no
 /// minimum effect, so such a test would fail that often without any fault.
+/// Nine blocks: one 400 ms block ratio of an A/A pair varies by up to a
+/// quarter on a noisy VM, and the band below is for the median of many.
 #[test]
 fn the_same_server_against_itself_is_never_better_and_lands_near_one() {
     let _g = exclusive();
     let ws = temp_workspace("");
     let ok = faulty_arm("ok");
-    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &ok], 5, &[]);
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &ok], 9, &[]);
     let c = &report["comparisons"][0];
     assert!(
         c["verdict"] == "same" || c["verdict"] == "worse",

@@ -478,7 +478,11 @@ fn the_report_is_self_contained_and_every_chart_is_drawn() {
 fn ablate_reports_the_planted_useless_change_as_contributing_nothing() {
     let _g = exclusive();
     let (r, _release) = recorded();
-    let a = json_of(&r.root, &["ablate", &r.id, "--json"]);
+    // Six blocks, not the run's three: the useless change is an A/A pair, and
+    // one 400 ms block of it varies by up to a quarter here, so the median
+    // of three could land anywhere in that range (1.30 on one CI machine).
+    let a = json_of(&r.root, &["ablate", &r.id, "--blocks", "6", "--json"]);
+    assert_eq!(a["blocks"], 6, "{a}");
     let c = a["contributions"].as_array().unwrap();
     assert_eq!(c.len(), 2, "{a}");
     assert_eq!(c[0]["attempt"], 1);
@@ -487,8 +491,13 @@ fn ablate_reports_the_planted_useless_change_as_contributing_nothing() {
         c[0]["note"].as_str().unwrap().contains("helped when kept"),
         "{a}"
     );
+    // Its estimated effect is inside the threshold either way.
+    let threshold = f(&a["threshold"]);
     let useless = f(&c[0]["in_final"]["ratio_median"]);
-    assert!((0.8..1.25).contains(&useless), "{useless}");
+    assert!(
+        useless > 1.0 - threshold && useless < 1.0 / (1.0 - threshold),
+        "the useless change's median {useless}: {a}"
+    );
     assert_eq!(c[1]["attempt"], 2);
     assert_eq!(c[1]["finding"], "contributes", "{a}");
     let pairs = a["pairs"].as_array().unwrap();
