@@ -34,6 +34,14 @@ impl Profile {
     pub fn load_stored(kb: &Path, run_id: &str, attempt: usize) -> Option<Self> {
         crate::journal::read_json(&Self::stored_path(kb, run_id, attempt)).ok()
     }
+
+    /// Stores the profile where [`Profile::load_stored`] finds it.
+    pub fn store(&self, kb: &Path, run_id: &str, attempt: usize) -> Result<()> {
+        let path = Self::stored_path(kb, run_id, attempt);
+        let dir = path.parent().expect("a file in a directory");
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::journal::write_atomic(&path, &serde_json::to_vec_pretty(self)?)
+    }
 }
 
 fn group(dso: &str) -> &'static str {

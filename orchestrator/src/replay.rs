@@ -139,6 +139,9 @@ impl Replayer<'_> {
     /// `only` narrows `decisions` to those attempts; it is checked against
     /// the journal before anything is built.
     pub fn replay(&self, decisions: bool, only: &[usize]) -> Result<ReplayRecord> {
+        let mut only = only.to_vec();
+        only.sort_unstable();
+        only.dedup();
         if let Some(n) = only
             .iter()
             .find(|n| !self.run.attempts.iter().any(|a| a.number == **n))
@@ -211,7 +214,7 @@ impl Replayer<'_> {
             start_vs_control: samples.compare(0, c, threshold),
         };
         let decisions = if decisions {
-            Some(self.decisions(&lineage, &trees, &arms[..=k], only, &settings)?)
+            Some(self.decisions(&lineage, &trees, &arms[..=k], &only, &settings)?)
         } else {
             None
         };
@@ -238,12 +241,7 @@ impl Replayer<'_> {
             champion,
             samples,
             decisions,
-            decisions_only: {
-                let mut only = only.to_vec();
-                only.sort_unstable();
-                only.dedup();
-                only
-            },
+            decisions_only: only,
         })
     }
 
@@ -295,7 +293,7 @@ impl Replayer<'_> {
                 .steps
                 .iter()
                 .position(|s| s.recorded_commit == a.champion);
-            if let (false, Some(i)) = (only.is_empty(), base) {
+            if let Some(i) = base.filter(|_| !only.is_empty()) {
                 champion_tree = trees[i];
                 champion = as_champion(&steps[i]);
             }

@@ -25,7 +25,7 @@ use crate::journal::{AaCheck, AttemptRecord, ChampionRecord, Durations, Journal,
 use crate::keep::{self, Decision};
 use crate::knowledge::{self, KnowledgeBase, Lesson};
 use crate::launch::ServerCommand;
-use crate::profile::{self, Profile};
+use crate::profile;
 use crate::scope;
 use crate::session::Session;
 use crate::trial::{self, TrialSettings};
@@ -323,14 +323,7 @@ impl Loop<'_> {
             settings.window,
         ) {
             Ok(p) => {
-                let path =
-                    Profile::stored_path(&self.kb.dir, &self.run.run_id, self.champion.attempt);
-                let written = std::fs::create_dir_all(path.parent().expect("a file in a dir"))
-                    .map_err(anyhow::Error::from)
-                    .and_then(|_| {
-                        crate::journal::write_atomic(&path, &serde_json::to_vec_pretty(&p)?)
-                    });
-                if let Err(e) = written {
+                if let Err(e) = p.store(&self.kb.dir, &self.run.run_id, self.champion.attempt) {
                     tracing::warn!("could not store the profile: {e:#}");
                 }
                 self.profile_text = Some(p.render());
