@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::config::Config;
-use crate::environment;
-use crate::meter::MeterPlan;
+use crate::bench::environment;
+use crate::bench::meter::MeterPlan;
 
 pub struct Check {
     pub ok: bool,
@@ -114,7 +114,7 @@ pub fn run(config: &Config) -> Vec<Check> {
             match MeterPlan::detect(config.meter.event, sut, cores) {
                 Ok(plan) => {
                     checks.push(check(
-                        plan.event == crate::meter::MeterEvent::Instructions,
+                        plan.event == crate::bench::meter::MeterEvent::Instructions,
                         "meter",
                         format!(
                             "{} ({}); unit {}",

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{prompt, Agent, AgentFailure, ProposalContext, Proposed, Usage};
-use crate::build::run_bounded;
+use crate::bench::build::run_bounded;
 use crate::config::CommandAgentConfig;
 
 pub struct CommandAgent {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::{prompt, reply, Agent, AgentFailure, Proposal, ProposalContext, Proposed, Usage};
 use crate::config::ApiAgentConfig;
-use crate::edit;
+use crate::agent::edit;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {

@@ -3,6 +3,7 @@
 //! edits or, for a coding-agent CLI, to whatever it changed in the worktree.
 
 pub mod command;
+pub mod edit;
 pub mod llm;
 pub mod playbook;
 pub mod prompt;
@@ -12,7 +13,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::edit::Edit;
+use anyhow::{bail, Result};
+
+use crate::agent::edit::Edit;
+use crate::config::Config;
 
 /// One earlier attempt, as agents see it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -125,4 +129,26 @@ impl std::error::Error for AgentFailure {}
 pub trait Agent {
     fn name(&self) -> &str;
     fn propose(&mut self, ctx: &ProposalContext) -> anyhow::Result<Proposed>;
+}
+
+/// The agent a run names: the configuration picks the backend by name.
+pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
+    Ok(match name {
+        "playbook" => {
+            let dir = config.paths.knowledge_base.join("playbook");
+            Box::new(playbook::Playbook::new(playbook::load(&dir)?))
+        }
+        "openai" => Box::new(llm::LlmAgent::new(
+            llm::Protocol::OpenAi,
+            config.agents.openai.clone(),
+        )?),
+        "anthropic" => Box::new(llm::LlmAgent::new(
+            llm::Protocol::Anthropic,
+            config.agents.anthropic.clone(),
+        )?),
+        "command" => Box::new(command::CommandAgent::new(
+            config.agents.command.clone(),
+        )),
+        other => bail!("unknown agent {other:?}: expected playbook, openai, anthropic or command"),
+    })
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use std::path::Path;
 
 use super::{Agent, Proposal, ProposalContext, Proposed};
-use crate::edit::{self, Edit};
+use crate::agent::edit::{self, Edit};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -13,7 +13,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::edit::Edit;
+use crate::agent::edit::Edit;
 
 #[derive(Debug, PartialEq)]
 pub struct Reply {

@@ -9,13 +9,13 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use crate::arm::Arm;
-use crate::environment::Fingerprint;
-use crate::gate::{self, GateResult};
-use crate::meter::{MeterEvent, MeterPlan};
-use crate::stats;
-use crate::trial::{run_trial, Latency, Measurement, TrialSettings};
-use crate::verdict::{self, Verdict};
+use crate::bench::arm::Arm;
+use crate::bench::environment::Fingerprint;
+use crate::bench::gate::{self, GateResult};
+use crate::bench::meter::{MeterEvent, MeterPlan};
+use crate::referee::stats;
+use crate::bench::trial::{run_trial, Latency, Measurement, TrialSettings};
+use crate::referee::verdict::{self, Verdict};
 
 /// Every trial of every arm so far: `trials[arm][block]`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -47,7 +47,7 @@ impl std::error::Error for Tampered {}
 /// Fails with [`Tampered`] if `arm`'s binary is not the one that was built.
 pub fn verify(arm: &Arm) -> Result<()> {
     if let Some(expected) = &arm.binary_hash {
-        let actual = crate::build::hash_file(&arm.command.program).unwrap_or_default();
+        let actual = crate::bench::build::hash_file(&arm.command.program).unwrap_or_default();
         if &actual != expected {
             return Err(
                 Tampered(format!("{} ({})", arm.label, arm.command.program.display())).into(),

@@ -5,9 +5,9 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::export::{fmt_ci, fmt_ratio};
-use crate::gitops::short;
-use crate::lineage::{Lineage, RecordedRun, Source, Step};
+use crate::referee::format::{fmt_ci, fmt_ratio};
+use crate::record::gitops::short;
+use crate::record::lineage::{Lineage, RecordedRun, Source, Step};
 
 /// One attempt of the run, whatever became of it.
 #[derive(Clone, Debug, Serialize, Deserialize)]

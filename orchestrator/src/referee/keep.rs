@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 
-use crate::compare::{Comparison, Samples};
-use crate::verdict::Verdict;
+use crate::referee::compare::{Comparison, Samples};
+use crate::referee::verdict::Verdict;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {

@@ -14,7 +14,7 @@ pub struct Contract {
 }
 
 /// Why one connection failed. The order is the order of the counters in a
-/// [`crate::loadgen::LoadSnapshot`].
+/// [`crate::bench::loadgen::LoadSnapshot`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Failure {

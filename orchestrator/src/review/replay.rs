@@ -15,17 +15,17 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-use crate::arm::Arm;
-use crate::build::BuildFailure;
-use crate::compare::{ArmSummary, Comparison, Samples};
-use crate::environment::{self, Fingerprint};
-use crate::export::{arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
-use crate::keep::{self, Decision};
-use crate::lineage::{self, Lineage, RecordedRun, Trees};
-use crate::progress;
-use crate::session::Session;
-use crate::trial;
-use crate::verdict::Verdict;
+use crate::bench::arm::Arm;
+use crate::bench::build::BuildFailure;
+use crate::referee::compare::{ArmSummary, Comparison, Samples};
+use crate::bench::environment::{self, Fingerprint};
+use crate::referee::format::{arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
+use crate::referee::keep::{self, Decision};
+use crate::record::lineage::{self, Lineage, RecordedRun, Trees};
+use crate::review::progress;
+use crate::bench::session::Session;
+use crate::bench::trial;
+use crate::referee::verdict::Verdict;
 
 /// One kept attempt, as recorded and as measured again.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -225,7 +225,7 @@ impl Replayer<'_> {
         );
         Ok(ReplayRecord {
             run_id: self.run.run.run_id.clone(),
-            replayed_at: crate::run::now_utc(),
+            replayed_at: crate::clock::now_utc(),
             threshold,
             blocks: self.blocks(),
             unit: self.session.plan.event.unit().into(),

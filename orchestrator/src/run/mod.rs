@@ -7,28 +7,29 @@
 //! The champion is rebuilt from git and re-measured in every iteration, side by
 //! side with the candidate and the control; no stored score is ever trusted.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::agent::{self, Agent, AgentFailure, AttemptSummary, ProposalContext, Proposed};
-use crate::arm::Arm;
-use crate::build::BuildFailure;
-use crate::compare::{Comparison, Samples, Tampered};
+use crate::agent::{make_agent, Agent, AgentFailure, AttemptSummary, ProposalContext, Proposed};
+use crate::bench::arm::Arm;
+use crate::bench::build::BuildFailure;
+use crate::referee::compare::{Comparison, Samples, Tampered};
 use crate::config::Config;
-use crate::environment;
-use crate::gitops::{short, GitDirSnapshot, MainTreeSnapshot, RunRepo};
+use crate::bench::environment;
+use crate::record::gitops::{short, GitDirSnapshot, MainTreeSnapshot, RunRepo};
 use crate::interrupt;
-use crate::journal::{AaCheck, AttemptRecord, ChampionRecord, Durations, Journal, RunRecord};
-use crate::keep::{self, Decision};
-use crate::knowledge::{self, KnowledgeBase, Lesson};
-use crate::launch::ServerCommand;
-use crate::profile;
-use crate::scope;
-use crate::session::Session;
-use crate::trial::{self, TrialSettings};
+use crate::record::journal::{AaCheck, AttemptRecord, ChampionRecord, Durations, Journal, RunRecord};
+use crate::referee::keep::{self, Decision};
+use crate::record::knowledge::{self, KnowledgeBase, Lesson};
+use crate::bench::launch::ServerCommand;
+use crate::bench::profile;
+mod scope;
+use crate::bench::session::Session;
+use crate::clock::now_utc;
+use crate::bench::trial::{self, TrialSettings};
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -41,51 +42,12 @@ const CHAMPION: usize = 0;
 const CANDIDATE: usize = 1;
 const CONTROL: usize = 2;
 
-pub fn now_utc() -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs() as libc::time_t;
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    unsafe { libc::gmtime_r(&t, &mut tm) };
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
-}
-
 fn new_run_id() -> String {
     now_utc()
         .replace(['-', ':'], "")
         .replace('T', "-")
         .trim_end_matches('Z')
         .to_string()
-}
-
-pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
-    Ok(match name {
-        "playbook" => {
-            let dir = config.paths.knowledge_base.join("playbook");
-            Box::new(agent::playbook::Playbook::new(agent::playbook::load(&dir)?))
-        }
-        "openai" => Box::new(agent::llm::LlmAgent::new(
-            agent::llm::Protocol::OpenAi,
-            config.agents.openai.clone(),
-        )?),
-        "anthropic" => Box::new(agent::llm::LlmAgent::new(
-            agent::llm::Protocol::Anthropic,
-            config.agents.anthropic.clone(),
-        )?),
-        "command" => Box::new(agent::command::CommandAgent::new(
-            config.agents.command.clone(),
-        )),
-        other => bail!("unknown agent {other:?}: expected playbook, openai, anthropic or command"),
-    })
 }
 
 /// Blocks needed so the 95% interval of the median block ratio is about as
@@ -154,7 +116,7 @@ impl Loop<'_> {
             .workspace
             .build_treatment_at(&self.treatment_in_worktree())
             .context("building the champion")?;
-        Ok(crate::arm::built_arm("champion", built))
+        Ok(crate::bench::arm::built_arm("champion", built))
     }
 
     /// The allowed files of the worktree, by repository-relative path.
@@ -482,7 +444,7 @@ impl Loop<'_> {
                 record.category = p.category;
                 record.playbook_id = p.playbook_id;
                 record.usage = p.usage;
-                match crate::edit::apply_all(&ctx.files, &p.edits) {
+                match crate::agent::edit::apply_all(&ctx.files, &p.edits) {
                     Ok(files) => {
                         for (path, text) in files {
                             std::fs::write(self.git.path.join(&path), text)?;
@@ -612,7 +574,7 @@ impl Loop<'_> {
             record.detail = Some("the built binary is identical to the champion's".into());
             return Ok(None);
         }
-        let candidate = crate::arm::built_arm("candidate", built);
+        let candidate = crate::bench::arm::built_arm("candidate", built);
 
         self.bar.set_message(format!("#{n} smoke run"));
         let smoke_window = Duration::from_millis(self.config().run.smoke_window_ms);
@@ -890,8 +852,8 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
             let git = RunRepo::create(&root, &run_id, &worktree)?;
             let base = git.head()?.to_string();
             let treatment_hash =
-                crate::build::hash_sources(&git.path.join(&cfg.paths.treatment)).ok();
-            let control_hash = crate::build::hash_sources(&root.join(&cfg.paths.control)).ok();
+                crate::bench::build::hash_sources(&git.path.join(&cfg.paths.treatment)).ok();
+            let control_hash = crate::bench::build::hash_sources(&root.join(&cfg.paths.control)).ok();
             let run = RunRecord {
                 run_id: run_id.clone(),
                 started_at: now_utc(),

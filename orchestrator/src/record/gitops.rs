@@ -208,7 +208,7 @@ impl RunRepo {
 }
 
 /// A diff as a unified patch, the form the journal records and
-/// [`crate::lineage::apply`] reads back.
+/// [`crate::record::lineage::apply`] reads back.
 pub fn patch_text(diff: &git2::Diff) -> Result<String> {
     let mut out = String::new();
     diff.print(git2::DiffFormat::Patch, |_, _, line| {

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::meter::{MeterPlan, ServerCounters};
-use crate::procfs;
+use crate::bench::meter::{MeterPlan, ServerCounters};
+use crate::bench::procfs;
 
 /// A runnable server: ratchet appends `--port N`.
 #[derive(Clone, Debug)]

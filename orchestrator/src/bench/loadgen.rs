@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
-use crate::contract::{Contract, Failure};
+use crate::bench::contract::{Contract, Failure};
 
 #[derive(Clone, Debug)]
 pub struct LoadSpec {

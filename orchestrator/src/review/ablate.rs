@@ -8,14 +8,14 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::compare::{ArmSummary, Comparison, Samples};
-use crate::environment::{self, Fingerprint};
-use crate::export::{arm_medians, fmt_estimate, fmt_ratio};
-use crate::lineage::{self, RecordedRun};
-use crate::progress;
-use crate::session::Session;
-use crate::stats;
-use crate::verdict::Verdict;
+use crate::referee::compare::{ArmSummary, Comparison, Samples};
+use crate::bench::environment::{self, Fingerprint};
+use crate::referee::format::{arm_medians, fmt_estimate, fmt_ratio};
+use crate::record::lineage::{self, RecordedRun};
+use crate::review::progress;
+use crate::bench::session::Session;
+use crate::referee::stats;
+use crate::referee::verdict::Verdict;
 
 /// One kept change, judged in the final combination.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -244,7 +244,7 @@ impl Ablation<'_> {
         }
         Ok(AblationRecord {
             run_id: self.run.run.run_id.clone(),
-            ablated_at: crate::run::now_utc(),
+            ablated_at: crate::clock::now_utc(),
             champion_attempt: lineage.steps[k].attempt,
             threshold,
             blocks,

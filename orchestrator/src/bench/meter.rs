@@ -1,7 +1,7 @@
 //! The meter: CPU counters on the server process, user and kernel, over every
 //! thread and child it ever has. Counters are opened on the child after fork
 //! and before exec with `inherit`, so threads the Go runtime starts at once are
-//! covered too (see [`crate::launch`]).
+//! covered too (see [`crate::bench::launch`]).
 //!
 //! The primary event is hardware instructions where a PMU exists; elsewhere
 //! (VMs without a PMU) it is software task-clock in nanoseconds. The unit is

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::launch::{free_port, RunningServer, ServerCommand};
-use crate::loadgen::LoadGen;
-use crate::meter::MeterPlan;
-use crate::trial::TrialSettings;
+use crate::bench::launch::{free_port, RunningServer, ServerCommand};
+use crate::bench::loadgen::LoadGen;
+use crate::bench::meter::MeterPlan;
+use crate::bench::trial::TrialSettings;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Profile {
@@ -32,7 +32,7 @@ impl Profile {
 
     /// The stored profile, when the run recorded one.
     pub fn load_stored(kb: &Path, run_id: &str, attempt: usize) -> Option<Self> {
-        crate::journal::read_json(&Self::stored_path(kb, run_id, attempt)).ok()
+        crate::files::read_json(&Self::stored_path(kb, run_id, attempt)).ok()
     }
 
     /// Stores the profile where [`Profile::load_stored`] finds it.
@@ -40,7 +40,7 @@ impl Profile {
         let path = Self::stored_path(kb, run_id, attempt);
         let dir = path.parent().expect("a file in a directory");
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        crate::journal::write_atomic(&path, &serde_json::to_vec_pretty(self)?)
+        crate::files::write_atomic(&path, &serde_json::to_vec_pretty(self)?)
     }
 }
 

@@ -6,16 +6,16 @@
 //! opening the journal cuts off.
 
 use anyhow::{Context, Result};
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::agent::Usage;
-use crate::compare::{Comparison, Samples};
+use crate::referee::compare::{Comparison, Samples};
 use crate::config::Config;
-use crate::environment::Fingerprint;
-use crate::meter::MeterEvent;
+use crate::bench::environment::Fingerprint;
+use crate::bench::meter::MeterEvent;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AaCheck {
@@ -109,28 +109,10 @@ pub struct ChampionRecord {
     pub kept_ids: Vec<String>,
 }
 
+use crate::files::{read_json, write_atomic};
+
 pub struct Journal {
     pub dir: PathBuf,
-}
-
-/// Replaces `path` atomically: no reader ever sees a half-written file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|_| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
-    if let Some(dir) = path.parent() {
-        File::open(dir).and_then(|d| d.sync_all()).ok();
-    }
-    Ok(())
-}
-
-pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not a valid record", path.display()))
 }
 
 impl Journal {

@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::ablate::AblationRecord;
-use crate::export::{fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
-use crate::lineage::{Lineage, RecordedRun, Source};
-use crate::profile::Profile;
-use crate::replay::ReplayRecord;
-use crate::svg::{escape, range, Chart, Marker, PointStyle};
+use crate::review::ablate::AblationRecord;
+use crate::referee::format::{fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
+use crate::record::lineage::{Lineage, RecordedRun, Source};
+use crate::bench::profile::Profile;
+use crate::review::replay::ReplayRecord;
+use crate::review::svg::{escape, range, Chart, Marker, PointStyle};
 
 pub const KEPT: &str = "#1b9e77";
 pub const DISCARDED: &str = "#7f7f7f";
@@ -87,7 +87,7 @@ fn cost_chart(run: &RecordedRun, lineage: &Lineage) -> String {
     let start = if implied.is_empty() {
         run.run.baseline_cost.unwrap_or(0.0)
     } else {
-        crate::stats::median(&implied)
+        crate::referee::stats::median(&implied)
     };
     let mut stairs = vec![(0.0, start)];
     for s in &lineage.steps[1..] {
@@ -355,7 +355,7 @@ fn lineage_table(lineage: &Lineage) -> String {
             s,
             "<tr><td>{}</td><td><code>{}</code>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
             if st.attempt == 0 { "start".into() } else { st.attempt.to_string() },
-            escape(crate::gitops::short(commit)),
+            escape(crate::record::gitops::short(commit)),
             if st.commit.is_none() { " (not in this repository)" } else { "" },
             fmt_ratio(st.ratio),
             fmt_ci(st.ci95),
@@ -443,7 +443,7 @@ fn latest<T: serde::de::DeserializeOwned>(run: &RecordedRun, kind: &str) -> Opti
     files.sort();
     let path = files.pop()?;
     let name = path.file_name()?.to_string_lossy().to_string();
-    crate::journal::read_json(&path).ok().map(|v| (name, v))
+    crate::files::read_json(&path).ok().map(|v| (name, v))
 }
 
 fn replay_section(run: &RecordedRun) -> Option<String> {
@@ -478,8 +478,8 @@ fn replay_section(run: &RecordedRun) -> Option<String> {
         fmt_ratio(c.recorded_vs_control)
     );
     if let Some(ds) = &r.decisions {
-        let differ = crate::replay::disagreements(ds);
-        let heading = crate::replay::decisions_heading(&r);
+        let differ = crate::review::replay::disagreements(ds);
+        let heading = crate::review::replay::decisions_heading(&r);
         let _ = write!(
             s,
             "<p>{}: {} of {} agree{}</p>",
@@ -624,5 +624,5 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, kb: &Path) -> String {
 pub fn write(repo: &git2::Repository, run: &RecordedRun, kb: &Path, out: &Path) -> Result<()> {
     let lineage = Lineage::read(repo, run)?;
     let html = render(run, &lineage, kb);
-    crate::journal::write_atomic(out, html.as_bytes())
+    crate::files::write_atomic(out, html.as_bytes())
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::config::GateConfig;
-use crate::contract::Failure;
+use crate::bench::contract::Failure;
 
 /// Everything the gate looks at, gathered by one trial.
 #[derive(Clone, Debug, Default)]

@@ -5,11 +5,11 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::build;
+use crate::bench::build;
 use crate::config::Config;
-use crate::gitops;
-use crate::launch::ServerCommand;
-use crate::lineage::{self, RecordedRun};
+use crate::record::gitops;
+use crate::bench::launch::ServerCommand;
+use crate::record::lineage::{self, RecordedRun};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArmSpec {

@@ -1,9 +1,9 @@
 //! Human-readable rendering of comparison results, and the number formats
 //! every command's text shares. JSON output is the serialized
-//! [`crate::compare::CompareReport`] itself.
+//! [`crate::referee::compare::CompareReport`] itself.
 
-use crate::compare::{ArmSummary, CompareReport, Comparison};
-use crate::verdict::Verdict;
+use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
+use crate::referee::verdict::Verdict;
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))

@@ -5,11 +5,11 @@
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
-use crate::arm::Workspace;
+use crate::bench::arm::Workspace;
 use crate::config::Config;
-use crate::lock::CoreLock;
-use crate::meter::MeterPlan;
-use crate::trial::TrialSettings;
+use crate::bench::lock::CoreLock;
+use crate::bench::meter::MeterPlan;
+use crate::bench::trial::TrialSettings;
 
 pub struct Session {
     pub workspace: Workspace,
@@ -53,7 +53,7 @@ impl Session {
         pin_self(&load_cores);
         let lock = CoreLock::acquire(sut, holder)?;
         let plan = MeterPlan::detect(config.meter.event, sut, cores)?;
-        if plan.event == crate::meter::MeterEvent::TaskClock {
+        if plan.event == crate::bench::meter::MeterEvent::TaskClock {
             tracing::info!("meter: {}", plan.reason);
         }
         Ok(Self {

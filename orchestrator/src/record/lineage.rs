@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-use crate::journal::{self, AttemptRecord, RunRecord};
+use crate::record::journal::{self, AttemptRecord, RunRecord};
 
 /// A run as `results/<run-id>/` holds it.
 pub struct RecordedRun {
@@ -38,7 +38,7 @@ impl RecordedRun {
                 run_path.display()
             );
         }
-        let run: RunRecord = journal::read_json(&run_path)?;
+        let run: RunRecord = crate::files::read_json(&run_path)?;
         let attempts = journal::read_attempts(&dir.join("attempts.jsonl"))?;
         Ok(Self { dir, run, attempts })
     }
@@ -501,7 +501,7 @@ mod tests {
     fn diff(repo: &git2::Repository, a: git2::Oid, b: git2::Oid) -> String {
         let (a, b) = (repo.find_tree(a).unwrap(), repo.find_tree(b).unwrap());
         let d = repo.diff_tree_to_tree(Some(&a), Some(&b), None).unwrap();
-        crate::gitops::patch_text(&d).unwrap()
+        crate::record::gitops::patch_text(&d).unwrap()
     }
 
     fn text_at(repo: &git2::Repository, tree: git2::Oid) -> String {

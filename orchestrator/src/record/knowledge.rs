@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::journal::write_atomic;
+use crate::files::write_atomic;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Lesson {

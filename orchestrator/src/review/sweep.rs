@@ -8,13 +8,13 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::arm::Arm;
-use crate::compare::{ArmSummary, Comparison, Samples};
-use crate::environment::Fingerprint;
-use crate::export::{fmt_ci, fmt_ratio};
-use crate::progress;
-use crate::session::Session;
-use crate::svg::{self, Chart, Marker};
+use crate::bench::arm::Arm;
+use crate::referee::compare::{ArmSummary, Comparison, Samples};
+use crate::bench::environment::Fingerprint;
+use crate::referee::format::{fmt_ci, fmt_ratio};
+use crate::review::progress;
+use crate::bench::session::Session;
+use crate::review::svg::{self, Chart, Marker};
 
 /// Busy fractions above this mean a core was saturated.
 const SATURATED: f64 = 0.9;
@@ -90,7 +90,7 @@ pub fn sweep(
         });
     }
     Ok(SweepRecord {
-        swept_at: crate::run::now_utc(),
+        swept_at: crate::clock::now_utc(),
         unit: session.plan.event.unit().into(),
         blocks,
         threshold,
@@ -233,7 +233,7 @@ mod tests {
         ArmSummary {
             arm: "a".into(),
             gate: Default::default(),
-            cost_per_connection: crate::compare::CostSummary {
+            cost_per_connection: crate::referee::compare::CostSummary {
                 median: 1.0,
                 samples: vec![],
             },

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::process::Command;
 
-use crate::meter::MeterPlan;
+use crate::bench::meter::MeterPlan;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Fingerprint {

@@ -4,10 +4,10 @@
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::arm::Arm;
-use crate::compare::Samples;
-use crate::session::Session;
-use crate::trial::TrialSettings;
+use crate::bench::arm::Arm;
+use crate::referee::compare::Samples;
+use crate::bench::session::Session;
+use crate::bench::trial::TrialSettings;
 
 fn bar(total: usize) -> ProgressBar {
     let bar = ProgressBar::new(total as u64);

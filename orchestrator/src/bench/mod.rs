@@ -1,0 +1,17 @@
+//! The bench: everything that turns a server into a measured number. Arms are
+//! built and launched here, loaded by the generator, metered, gated and run
+//! on a schedule; nothing here judges or records.
+
+pub mod arm;
+pub mod build;
+pub mod contract;
+pub mod environment;
+pub mod gate;
+pub mod launch;
+pub mod loadgen;
+pub mod lock;
+pub mod meter;
+pub mod procfs;
+pub mod profile;
+pub mod session;
+pub mod trial;

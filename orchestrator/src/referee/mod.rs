@@ -1,0 +1,9 @@
+//! The referee: statistics over measured samples, the comparison of two arms,
+//! the verdict, the keep rule, and the one judging sequence that both the
+//! loop and replay run. It reads the bench's numbers and records nothing.
+
+pub mod compare;
+pub mod format;
+pub mod keep;
+pub mod stats;
+pub mod verdict;

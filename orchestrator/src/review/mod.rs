@@ -1,0 +1,10 @@
+//! Review: the commands that read a recorded run back (`log`, `report`) or
+//! measure it again (`replay`, `ablate`), and `sweep`.
+
+pub mod ablate;
+pub mod log;
+pub mod progress;
+pub mod replay;
+pub mod report;
+pub mod svg;
+pub mod sweep;
