@@ -5,12 +5,13 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
+use crate::bench::schedule::Samples;
 use crate::bench::session::{self, Session};
 use crate::bench::{arm, environment};
 use crate::clock;
 use crate::config::Config;
 use crate::files;
-use crate::record::lineage;
+use crate::record::{lineage, recorded};
 use crate::referee::{compare, format};
 use crate::review::{ablate, log as history, progress, replay, report, sweep};
 use crate::{doctor, run};
@@ -225,8 +226,24 @@ fn parse_arms(specs: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Builds every arm; a `champion:<run>` arm is the final tree of that
+/// recorded run's lineage, from git or rebuilt from its journal.
 fn prepare_arms(session: &Session, specs: &[String]) -> Result<Vec<arm::Arm>> {
-    specs.iter().map(|a| session.workspace.prepare(a)).collect()
+    let workspace = &session.workspace;
+    specs
+        .iter()
+        .map(|label| match arm::ArmSpec::parse(label)? {
+            arm::ArmSpec::Champion(id) => {
+                let repo = git2::Repository::open(&workspace.root)?;
+                let results = workspace.root.join(&workspace.config.paths.results);
+                let run = recorded::RecordedRun::open(&results, Some(&id))?;
+                let (_, trees) = lineage::with_trees(&repo, &run)?;
+                let tree = *trees.last().expect("a lineage has its base");
+                workspace.prepare_tree(&repo, tree, label)
+            }
+            _ => workspace.prepare(label),
+        })
+        .collect()
 }
 
 /// The environment fingerprint, with the sources of the control and the
@@ -247,7 +264,7 @@ fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
     let arms = prepare_arms(&session, &args.arms)?;
     let settings = session.trial_settings();
     let blocks = session.config().compare.blocks;
-    let mut samples = compare::Samples::new(arms.len());
+    let mut samples = Samples::new(arms.len());
     progress::measure(
         &session,
         &settings,
@@ -290,6 +307,7 @@ fn run_loop(cli: &Cli, args: &RunArgs) -> Result<()> {
             agent: args.agent.clone(),
         },
     )
+    .map(|_| ())
 }
 
 fn doctor(cli: &Cli) -> Result<()> {
@@ -328,8 +346,8 @@ impl Review {
         Ok(Self { repo, config, root })
     }
 
-    fn run(&self, id: Option<&str>) -> Result<lineage::RecordedRun> {
-        lineage::RecordedRun::open(&self.root.join(&self.config.paths.results), id)
+    fn run(&self, id: Option<&str>) -> Result<recorded::RecordedRun> {
+        recorded::RecordedRun::open(&self.root.join(&self.config.paths.results), id)
     }
 }
 
@@ -363,7 +381,7 @@ fn report(cli: &Cli, args: &ReportArgs) -> Result<()> {
 /// then the command-line overrides.
 fn recorded_settings(
     current: Config,
-    run: &lineage::RecordedRun,
+    run: &recorded::RecordedRun,
     measure: &MeasureArgs,
 ) -> Result<Config> {
     let mut config = run.run.config.clone();
@@ -389,7 +407,7 @@ fn remeasure<T: serde::Serialize>(
     cli: &Cli,
     args: &RecordedArgs,
     kind: &str,
-    measure: impl FnOnce(&Session, &git2::Repository, &lineage::RecordedRun) -> Result<T>,
+    measure: impl FnOnce(&Session, &git2::Repository, &recorded::RecordedRun) -> Result<T>,
     render: impl FnOnce(&T) -> String,
 ) -> Result<()> {
     let review = Review::open(cli)?;

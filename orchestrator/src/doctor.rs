@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::config::Config;
 use crate::bench::environment;
 use crate::bench::meter::MeterPlan;
+use crate::config::Config;
 
 pub struct Check {
     pub ok: bool,

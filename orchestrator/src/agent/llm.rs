@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::{prompt, reply, Agent, AgentFailure, Proposal, ProposalContext, Proposed, Usage};
-use crate::config::ApiAgentConfig;
 use crate::agent::edit;
+use crate::config::ApiAgentConfig;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {

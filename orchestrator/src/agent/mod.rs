@@ -17,13 +17,14 @@ use anyhow::{bail, Result};
 
 use crate::agent::edit::Edit;
 use crate::config::Config;
+use crate::referee::verdict::AttemptVerdict;
 
 /// One earlier attempt, as agents see it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AttemptSummary {
     pub number: usize,
     pub hypothesis: String,
-    pub verdict: String,
+    pub verdict: AttemptVerdict,
     pub ratio: Option<f64>,
     pub ci95: Option<[f64; 2]>,
     pub playbook_id: Option<String>,
@@ -146,9 +147,7 @@ pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
             llm::Protocol::Anthropic,
             config.agents.anthropic.clone(),
         )?),
-        "command" => Box::new(command::CommandAgent::new(
-            config.agents.command.clone(),
-        )),
+        "command" => Box::new(command::CommandAgent::new(config.agents.command.clone())),
         other => bail!("unknown agent {other:?}: expected playbook, openai, anthropic or command"),
     })
 }

@@ -103,6 +103,8 @@ mod tests {
     use std::path::PathBuf;
     use std::process::Command;
 
+    use crate::referee::verdict::AttemptVerdict;
+
     /// The playbook ids of the six changes REFERENCE.md credits with the gap.
     const SIX_WINS: [&str; 6] = [
         "ring-defer-taskrun",
@@ -207,7 +209,7 @@ mod tests {
         ctx.history.push(super::super::AttemptSummary {
             number: 1,
             hypothesis: first.hypothesis,
-            verdict: "discard".into(),
+            verdict: AttemptVerdict::Discard,
             ratio: None,
             ci95: None,
             playbook_id: first.playbook_id,
@@ -242,7 +244,7 @@ mod tests {
             ctx.history.push(super::super::AttemptSummary {
                 number: 9,
                 hypothesis: p.hypothesis,
-                verdict: "discard".into(),
+                verdict: AttemptVerdict::Discard,
                 ratio: None,
                 ci95: None,
                 playbook_id: p.playbook_id,

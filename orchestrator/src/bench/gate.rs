@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::config::GateConfig;
 use crate::bench::contract::Failure;
+use crate::config::GateConfig;
 
 /// Everything the gate looks at, gathered by one trial.
 #[derive(Clone, Debug, Default)]

@@ -13,5 +13,8 @@ pub mod lock;
 pub mod meter;
 pub mod procfs;
 pub mod profile;
+pub mod schedule;
 pub mod session;
+pub mod source;
 pub mod trial;
+pub mod workspace;

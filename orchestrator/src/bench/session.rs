@@ -5,11 +5,11 @@
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
-use crate::bench::arm::Workspace;
-use crate::config::Config;
 use crate::bench::lock::CoreLock;
 use crate::bench::meter::MeterPlan;
 use crate::bench::trial::TrialSettings;
+use crate::bench::workspace::Workspace;
+use crate::config::Config;
 
 pub struct Session {
     pub workspace: Workspace,

@@ -10,13 +10,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{Config, GateConfig};
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
-use crate::interrupt;
 use crate::bench::launch::{free_port, RunningServer, ServerCommand};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
+use crate::config::{Config, GateConfig};
+use crate::interrupt;
 
 #[derive(Clone, Debug)]
 pub struct TrialSettings {
@@ -207,7 +207,8 @@ pub fn run_trial(
         start_error: None,
     };
     // A connection still hanging after the drain deadline never completed.
-    evidence.failures[crate::bench::contract::Failure::Timeout.index()] += totals.stuck_clients as u64;
+    evidence.failures[crate::bench::contract::Failure::Timeout.index()] +=
+        totals.stuck_clients as u64;
     let gate = gate::judge(&evidence, &s.gate);
     let per_conn = |x: u64| (window.completed > 0).then(|| x as f64 / window.completed as f64);
     let window_s = elapsed.as_secs_f64();

@@ -12,10 +12,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::agent::Usage;
-use crate::referee::compare::{Comparison, Samples};
-use crate::config::Config;
 use crate::bench::environment::Fingerprint;
 use crate::bench::meter::MeterEvent;
+use crate::bench::schedule::Samples;
+use crate::config::Config;
+use crate::files::{read_json, write_atomic};
+use crate::referee::compare::Comparison;
+use crate::referee::verdict::AttemptVerdict;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AaCheck {
@@ -70,8 +73,7 @@ pub struct AttemptRecord {
     pub build_ok: Option<bool>,
     pub build_log_tail: Option<String>,
     pub binary_sha256: Option<String>,
-    /// keep | discard | invalid | build_failed | scope | no_op | malformed | agent_error
-    pub verdict: String,
+    pub verdict: AttemptVerdict,
     pub detail: Option<String>,
     pub meter: Option<MeterEvent>,
     /// Arms in order: champion, candidate, control.
@@ -109,7 +111,28 @@ pub struct ChampionRecord {
     pub kept_ids: Vec<String>,
 }
 
-use crate::files::{read_json, write_atomic};
+impl ChampionRecord {
+    /// The champion that attempt `a`, kept as `commit`, makes of this one.
+    pub fn succeeded_by(&self, a: &AttemptRecord, commit: String, cost: Option<f64>) -> Self {
+        let ratio = a
+            .vs_champion
+            .as_ref()
+            .and_then(|c| c.ratio_median)
+            .unwrap_or(1.0);
+        let mut kept_ids = self.kept_ids.clone();
+        kept_ids.extend(a.playbook_id.clone());
+        Self {
+            commit,
+            attempt: a.number,
+            hypothesis: a.hypothesis.clone(),
+            cost_per_connection: cost,
+            unit: self.unit.clone(),
+            cumulative_ratio: self.cumulative_ratio * ratio,
+            vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
+            kept_ids,
+        }
+    }
+}
 
 pub struct Journal {
     pub dir: PathBuf,

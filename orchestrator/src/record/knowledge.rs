@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::files::write_atomic;
+use crate::referee::verdict::AttemptVerdict;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Lesson {
@@ -19,7 +20,7 @@ pub struct Lesson {
     pub hypothesis: String,
     pub category: String,
     pub playbook_id: Option<String>,
-    pub verdict: String,
+    pub verdict: AttemptVerdict,
     pub ratio: Option<f64>,
     pub ci95: Option<[f64; 2]>,
     pub meter: String,
@@ -155,14 +156,14 @@ pub fn at(root: &Path, kb: &Path, lessons: &Path) -> KnowledgeBase {
 mod tests {
     use super::*;
 
-    fn lesson(verdict: &str, category: &str) -> Lesson {
+    fn lesson(verdict: AttemptVerdict, category: &str) -> Lesson {
         Lesson {
             run: "r1".into(),
             attempt: 1,
             hypothesis: "use MSG_MORE".into(),
             category: category.into(),
             playbook_id: None,
-            verdict: verdict.into(),
+            verdict,
             ratio: Some(0.9),
             ci95: Some([0.85, 0.95]),
             meter: "task-clock (ns)".into(),
@@ -176,7 +177,10 @@ mod tests {
     fn digest_groups_by_category_and_links_evidence() {
         let text = render(
             "Seed text.",
-            &[lesson("keep", "tcp"), lesson("discard", "accept")],
+            &[
+                lesson(AttemptVerdict::Keep, "tcp"),
+                lesson(AttemptVerdict::Discard, "accept"),
+            ],
         );
         assert!(text.contains("Seed text."));
         assert!(text.find("### accept").unwrap() < text.find("### tcp").unwrap());
@@ -188,8 +192,8 @@ mod tests {
     fn record_appends_and_regenerates() {
         let d = tempfile::tempdir().unwrap();
         let kb = KnowledgeBase::new(d.path().join("kb"), d.path().join("lessons.md"));
-        kb.record(&lesson("keep", "tcp")).unwrap();
-        kb.record(&lesson("discard", "tcp")).unwrap();
+        kb.record(&lesson(AttemptVerdict::Keep, "tcp")).unwrap();
+        kb.record(&lesson(AttemptVerdict::Discard, "tcp")).unwrap();
         assert_eq!(kb.all().len(), 2);
         let md = std::fs::read_to_string(d.path().join("lessons.md")).unwrap();
         assert!(md.contains("**keep**") && md.contains("**discard**"));

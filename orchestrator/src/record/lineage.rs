@@ -10,67 +10,11 @@
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::record::journal::{self, AttemptRecord, RunRecord};
-
-/// A run as `results/<run-id>/` holds it.
-pub struct RecordedRun {
-    pub dir: PathBuf,
-    pub run: RunRecord,
-    pub attempts: Vec<AttemptRecord>,
-}
-
-impl RecordedRun {
-    /// Opens `results/<id>`, or the latest run when `id` is None. Read only:
-    /// a torn last line (a run killed mid-append) is skipped, not cut off.
-    pub fn open(results: &Path, id: Option<&str>) -> Result<Self> {
-        let id = match id {
-            Some(id) => id.to_string(),
-            None => latest_run(results)?,
-        };
-        let dir = results.join(&id);
-        let run_path = dir.join("run.json");
-        if !run_path.exists() {
-            bail!(
-                "no run {id:?} in {} (expected {})",
-                results.display(),
-                run_path.display()
-            );
-        }
-        let run: RunRecord = crate::files::read_json(&run_path)?;
-        let attempts = journal::read_attempts(&dir.join("attempts.jsonl"))?;
-        Ok(Self { dir, run, attempts })
-    }
-
-    pub fn threshold(&self) -> f64 {
-        self.run.config.compare.threshold
-    }
-
-    pub fn unit(&self) -> &'static str {
-        self.attempts
-            .iter()
-            .find_map(|a| a.meter)
-            .map_or("?", |m| m.unit())
-    }
-
-    pub fn attempt(&self, n: usize) -> Option<&AttemptRecord> {
-        self.attempts.iter().find(|a| a.number == n)
-    }
-}
-
-/// The newest run in `results/` (run ids sort by their start time).
-pub fn latest_run(results: &Path) -> Result<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(results)
-        .with_context(|| format!("reading {}", results.display()))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("run.json").is_file())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    ids.sort();
-    ids.pop()
-        .with_context(|| format!("no recorded run in {}", results.display()))
-}
+use crate::record::journal::AttemptRecord;
+use crate::record::recorded::RecordedRun;
+use crate::record::trailers;
 
 /// Where the lineage was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,42 +53,21 @@ pub struct Lineage {
     pub warnings: Vec<String>,
 }
 
-fn trailer<'a>(message: &'a str, key: &str) -> Option<&'a str> {
-    message
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .map(str::trim)
-}
-
-fn number(s: Option<&str>) -> Option<f64> {
-    s?.split_whitespace().next()?.parse().ok()
-}
-
 /// A step from a kept commit's message: the subject is the hypothesis, the
 /// trailers the evidence.
 pub fn step_from_commit(oid: &str, message: &str) -> Result<Step> {
-    let attempt = trailer(message, "Ratchet-Attempt")
-        .and_then(|a| a.parse().ok())
-        .with_context(|| format!("commit {oid} has no Ratchet-Attempt trailer"))?;
-    let ci95 = trailer(message, "Ratchet-CI95").and_then(|c| {
-        let v: Vec<f64> = c
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        (v.len() == 2).then(|| [v[0], v[1]])
-    });
+    let e = trailers::Evidence::parse(oid, message)?;
     Ok(Step {
-        attempt,
+        attempt: e.attempt,
         hypothesis: message.lines().next().unwrap_or("").to_string(),
         commit: Some(oid.to_string()),
         recorded_commit: oid.to_string(),
         playbook_id: None,
-        ratio: number(trailer(message, "Ratchet-Ratio")),
-        ci95,
+        ratio: e.ratio,
+        ci95: e.ci95,
         cumulative: 1.0,
-        vs_control: number(trailer(message, "Ratchet-Vs-Control")),
-        cost_per_connection: number(trailer(message, "Ratchet-Cost-Per-Connection")),
+        vs_control: e.vs_control,
+        cost_per_connection: e.cost_per_connection,
     })
 }
 
@@ -180,7 +103,7 @@ fn has_commit(repo: &git2::Repository, oid: &str) -> bool {
 fn steps_from_journal(run: &RecordedRun, repo: &git2::Repository) -> Vec<Step> {
     run.attempts
         .iter()
-        .filter(|a| a.verdict == "keep")
+        .filter(|a| a.verdict.is_keep())
         .map(|a| {
             let recorded = a.commit.clone().unwrap_or_default();
             Step {
@@ -241,7 +164,7 @@ impl Lineage {
             Some(mut git) => {
                 for s in &mut git {
                     match run.attempt(s.attempt) {
-                        Some(a) if a.verdict == "keep" => s.playbook_id = a.playbook_id.clone(),
+                        Some(a) if a.verdict.is_keep() => s.playbook_id = a.playbook_id.clone(),
                         Some(a) => warnings.push(format!(
                             "commit {} says attempt {} was kept; the journal says {}",
                             s.recorded_commit, s.attempt, a.verdict

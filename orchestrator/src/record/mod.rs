@@ -6,3 +6,5 @@ pub mod gitops;
 pub mod journal;
 pub mod knowledge;
 pub mod lineage;
+pub mod recorded;
+pub mod trailers;

@@ -1,142 +1,28 @@
-//! Side-by-side comparison: blocks in which every arm runs once, in a fresh
-//! random order, so slow drift of the machine lands on every arm alike; then
-//! per-block cost ratios against the first arm, their median, a 95% interval
-//! and a verdict.
+//! Side-by-side comparison of the samples a schedule measured: per-sample
+//! cost ratios against a baseline arm, their median, an interval with stated
+//! coverage, and a verdict.
 
-use anyhow::Result;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::arm::Arm;
 use crate::bench::environment::Fingerprint;
 use crate::bench::gate::{self, GateResult};
 use crate::bench::meter::{MeterEvent, MeterPlan};
+use crate::bench::schedule::Samples;
+use crate::bench::trial::{Latency, Measurement};
 use crate::referee::stats;
-use crate::bench::trial::{run_trial, Latency, Measurement, TrialSettings};
 use crate::referee::verdict::{self, Verdict};
 
-/// Every trial of every arm so far: `trials[arm][block]`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Samples {
-    pub trials: Vec<Vec<Measurement>>,
-    /// The order the arms ran in, per block (arm indices).
-    #[serde(default)]
-    pub orders: Vec<Vec<usize>>,
-}
-
-/// A built binary no longer matches the hash it had when it was built: some
-/// process (a hostile candidate, an agent) wrote to it. Nothing measured
-/// with it can be trusted.
-#[derive(Debug)]
-pub struct Tampered(pub String);
-
-impl std::fmt::Display for Tampered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "a built binary changed on disk since it was built: {}",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for Tampered {}
-
-/// Fails with [`Tampered`] if `arm`'s binary is not the one that was built.
-pub fn verify(arm: &Arm) -> Result<()> {
-    if let Some(expected) = &arm.binary_hash {
-        let actual = crate::bench::build::hash_file(&arm.command.program).unwrap_or_default();
-        if &actual != expected {
-            return Err(
-                Tampered(format!("{} ({})", arm.label, arm.command.program.display())).into(),
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Where a comparison is, for progress displays.
-pub struct Step<'a> {
-    pub block: usize,
-    pub blocks: usize,
-    pub arm: &'a str,
-    pub done: usize,
-    /// Median ratio of the second arm to the first over the blocks so far.
-    pub ratio_so_far: Option<f64>,
-}
-
-/// The order of `arms` arms in block `b`. Every block's order is uniformly
-/// random, and each run of `arms` consecutive blocks uses the rotations of one
-/// random permutation, so every arm runs in every position equally often: an
-/// order effect (the first trial of a block running costlier, say) then adds
-/// no bias to any arm. Seeded, so a schedule is reproducible.
-pub fn block_order(arms: usize, b: usize, seed: u64) -> Vec<usize> {
-    let group = (b / arms.max(1)) as u64;
-    let mut rng = StdRng::seed_from_u64(seed ^ group.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut base: Vec<usize> = (0..arms).collect();
-    base.shuffle(&mut rng);
-    let mut rotations: Vec<usize> = (0..arms).collect();
-    rotations.shuffle(&mut rng);
-    base.rotate_left(rotations[b % arms.max(1)]);
-    base
+/// The median of the ratios of arm 1 to arm 0 so far: what progress displays show.
+pub fn ratio_so_far(samples: &Samples) -> Option<f64> {
+    let r = if samples.trials.len() > 1 {
+        samples.ratios(1, 0)
+    } else {
+        vec![]
+    };
+    (!r.is_empty()).then(|| stats::median(&r))
 }
 
 impl Samples {
-    pub fn new(arms: usize) -> Self {
-        Self {
-            trials: vec![Vec::new(); arms],
-            orders: Vec::new(),
-        }
-    }
-
-    pub fn blocks(&self) -> usize {
-        self.trials.first().map_or(0, Vec::len)
-    }
-
-    /// Runs `blocks` more blocks, in the order [`block_order`] gives.
-    pub fn run_blocks(
-        &mut self,
-        arms: &[Arm],
-        blocks: usize,
-        seed: u64,
-        plan: &MeterPlan,
-        settings: &TrialSettings,
-        on_step: &mut dyn FnMut(Step<'_>),
-    ) -> Result<()> {
-        let first = self.blocks();
-        let total_blocks = first + blocks;
-        let mut done = 0;
-        for b in first..total_blocks {
-            let order = block_order(arms.len(), b, seed);
-            let mut block = vec![None; arms.len()];
-            let so_far = if arms.len() > 1 {
-                self.ratios(1, 0)
-            } else {
-                vec![]
-            };
-            let ratio_so_far = (!so_far.is_empty()).then(|| stats::median(&so_far));
-            for &i in &order {
-                on_step(Step {
-                    block: b + 1,
-                    blocks: total_blocks,
-                    arm: &arms[i].label,
-                    done,
-                    ratio_so_far,
-                });
-                verify(&arms[i])?;
-                block[i] = Some(run_trial(&arms[i].command, plan, settings)?);
-                done += 1;
-            }
-            self.orders.push(order);
-            for (i, m) in block.into_iter().enumerate() {
-                self.trials[i].push(m.expect("every arm ran in the block"));
-            }
-        }
-        Ok(())
-    }
-
     /// Block ratios cost(arm) / cost(baseline), over blocks where both passed.
     pub fn ratios(&self, arm: usize, baseline: usize) -> Vec<f64> {
         self.trials[arm]
@@ -329,26 +215,6 @@ mod tests {
             ],
             orders: vec![],
         }
-    }
-
-    #[test]
-    fn block_orders_are_permutations_balanced_over_positions() {
-        for arms in 1..5 {
-            let mut seen = vec![vec![0; arms]; arms];
-            for b in 0..arms * 4 {
-                let order = block_order(arms, b, 7);
-                let mut sorted = order.clone();
-                sorted.sort();
-                assert_eq!(sorted, (0..arms).collect::<Vec<_>>());
-                for (pos, arm) in order.iter().enumerate() {
-                    seen[*arm][pos] += 1;
-                }
-            }
-            for row in &seen {
-                assert!(row.iter().all(|&n| n == 4), "{arms} arms: {seen:?}");
-            }
-        }
-        assert_eq!(block_order(3, 5, 1), block_order(3, 5, 1));
     }
 
     #[test]

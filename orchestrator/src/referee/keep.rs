@@ -4,78 +4,38 @@
 //! threshold line the evidence is extended once with more blocks; a
 //! suspiciously large gain is extended once too before it can be kept.
 
-use anyhow::Result;
+use crate::referee::compare::Comparison;
+use crate::referee::verdict::{AttemptVerdict, Verdict};
 
-use crate::referee::compare::{Comparison, Samples};
-use crate::referee::verdict::Verdict;
-
+/// What the keep rule says after one look at the evidence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    Keep,
-    Discard,
-    Invalid,
-    /// Measure more blocks, then decide again with `extended = true`.
+pub enum Step {
+    Decided(AttemptVerdict),
+    /// Measure more, then decide again with `extended = true`.
     Extend,
 }
 
-pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bool) -> Decision {
+/// The keep condition is the comparison's `better` verdict: one rule, in
+/// [`crate::referee::verdict::judge`].
+pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bool) -> Step {
     let (Some(median), Some([lo, hi])) = (c.ratio_median, c.ratio_ci95) else {
-        return Decision::Invalid;
+        return Step::Decided(AttemptVerdict::Invalid);
     };
-    if c.verdict == Verdict::Invalid {
-        return Decision::Invalid;
-    }
+    let keep = match c.verdict {
+        Verdict::Invalid => return Step::Decided(AttemptVerdict::Invalid),
+        v => v == Verdict::Better,
+    };
     let line = 1.0 - threshold;
-    let keep = median <= line && hi < 1.0;
     if keep && !extended && median < 1.0 / suspicious_gain {
-        return Decision::Extend;
+        return Step::Extend;
     }
     if keep {
-        return Decision::Keep;
+        return Step::Decided(AttemptVerdict::Keep);
     }
     if !extended && lo < line && line < hi {
-        return Decision::Extend;
+        return Step::Extend;
     }
-    Decision::Discard
-}
-
-/// What the keep rule concluded about a measured candidate.
-pub struct Judged {
-    pub comparison: Comparison,
-    pub decision: Decision,
-    pub extended: bool,
-}
-
-/// Measures with `more` (which adds blocks to `samples`, or returns false
-/// when the measurement had to be abandoned), applies the keep rule, and
-/// extends the evidence once when the rule asks for it. The decision is never
-/// `Extend`.
-pub fn judge_measured(
-    samples: &mut Samples,
-    candidate: usize,
-    champion: usize,
-    threshold: f64,
-    suspicious_gain: f64,
-    more: &mut dyn FnMut(&mut Samples, bool) -> Result<bool>,
-) -> Result<Option<Judged>> {
-    if !more(samples, false)? {
-        return Ok(None);
-    }
-    let mut comparison = samples.compare(candidate, champion, threshold);
-    let mut decision = decide(&comparison, threshold, suspicious_gain, false);
-    let extended = decision == Decision::Extend;
-    if extended {
-        if !more(samples, true)? {
-            return Ok(None);
-        }
-        comparison = samples.compare(candidate, champion, threshold);
-        decision = decide(&comparison, threshold, suspicious_gain, true);
-    }
-    Ok(Some(Judged {
-        comparison,
-        decision,
-        extended,
-    }))
+    Step::Decided(AttemptVerdict::Discard)
 }
 
 #[cfg(test)]
@@ -90,40 +50,49 @@ mod tests {
     fn clear_win_is_kept() {
         assert_eq!(
             decide(&cmp(0.90, 0.88, 0.92), 0.03, 2.0, false),
-            Decision::Keep
+            Step::Decided(AttemptVerdict::Keep)
         );
     }
 
     #[test]
     fn straddling_interval_is_extended_once_then_discarded() {
         let c = cmp(0.975, 0.95, 1.01);
-        assert_eq!(decide(&c, 0.03, 2.0, false), Decision::Extend);
-        assert_eq!(decide(&c, 0.03, 2.0, true), Decision::Discard);
+        assert_eq!(decide(&c, 0.03, 2.0, false), Step::Extend);
+        assert_eq!(
+            decide(&c, 0.03, 2.0, true),
+            Step::Decided(AttemptVerdict::Discard)
+        );
     }
 
     #[test]
     fn clear_loss_or_no_effect_is_discarded_at_once() {
         assert_eq!(
             decide(&cmp(1.10, 1.05, 1.15), 0.03, 2.0, false),
-            Decision::Discard
+            Step::Decided(AttemptVerdict::Discard)
         );
         assert_eq!(
             decide(&cmp(0.99, 0.98, 1.00), 0.03, 2.0, false),
-            Decision::Discard
+            Step::Decided(AttemptVerdict::Discard)
         );
     }
 
     #[test]
     fn suspiciously_large_gain_is_revalidated_before_keeping() {
         let c = cmp(0.30, 0.28, 0.33);
-        assert_eq!(decide(&c, 0.03, 2.0, false), Decision::Extend);
-        assert_eq!(decide(&c, 0.03, 2.0, true), Decision::Keep);
+        assert_eq!(decide(&c, 0.03, 2.0, false), Step::Extend);
+        assert_eq!(
+            decide(&c, 0.03, 2.0, true),
+            Step::Decided(AttemptVerdict::Keep)
+        );
     }
 
     #[test]
     fn invalid_comparison_is_invalid() {
         let mut c = cmp(0.9, 0.8, 0.95);
         c.verdict = Verdict::Invalid;
-        assert_eq!(decide(&c, 0.03, 2.0, false), Decision::Invalid);
+        assert_eq!(
+            decide(&c, 0.03, 2.0, false),
+            Step::Decided(AttemptVerdict::Invalid)
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod format;
+pub mod judge;
 pub mod keep;
 pub mod stats;
 pub mod verdict;

@@ -1,5 +1,9 @@
-//! The verdict of one arm against a baseline from its block ratios
-//! (cost(arm) / cost(baseline); below 1 means the arm is cheaper).
+//! Verdicts. [`Verdict`] is what one comparison says of an arm against a
+//! baseline from its block ratios (cost(arm) / cost(baseline); below 1 means
+//! the arm is cheaper). [`AttemptVerdict`] is how an attempt of the loop
+//! ended; it is what the journal, the lessons, the agents, `log`, `replay`
+//! and the report read and compare, so it is one type, serialized to the
+//! journal's strings.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +24,61 @@ impl Verdict {
             Verdict::Same => "same",
             Verdict::Invalid => "invalid",
         }
+    }
+}
+
+/// How an attempt ended. The serialized names are the journal's, so every
+/// recorded run loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptVerdict {
+    /// Measured better than the champion at the threshold: the new champion.
+    Keep,
+    /// Measured, and not better by the threshold.
+    Discard,
+    /// A gate failed: the smoke run or the measurement broke the contract.
+    Invalid,
+    BuildFailed,
+    /// Nothing changed: no edit, or a binary identical to the champion's.
+    NoOp,
+    /// A change outside `run.allowed_paths`, or tampering with what ratchet
+    /// measures or records.
+    Scope,
+    /// The agent's reply could not be used.
+    Malformed,
+    /// The agent could not be reached or failed.
+    AgentError,
+    /// Replay only: the recorded edit does not apply to this replay's champion.
+    DoesNotApply,
+    /// Replay only: the attempt recorded nothing to re-apply.
+    Skipped,
+}
+
+impl AttemptVerdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttemptVerdict::Keep => "keep",
+            AttemptVerdict::Discard => "discard",
+            AttemptVerdict::Invalid => "invalid",
+            AttemptVerdict::BuildFailed => "build_failed",
+            AttemptVerdict::NoOp => "no_op",
+            AttemptVerdict::Scope => "scope",
+            AttemptVerdict::Malformed => "malformed",
+            AttemptVerdict::AgentError => "agent_error",
+            AttemptVerdict::DoesNotApply => "does_not_apply",
+            AttemptVerdict::Skipped => "skipped",
+        }
+    }
+
+    pub fn is_keep(self) -> bool {
+        self == AttemptVerdict::Keep
+    }
+}
+
+impl std::fmt::Display for AttemptVerdict {
+    /// Padding and width apply, so tables can align it like a string.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
     }
 }
 
@@ -58,6 +117,22 @@ mod tests {
     #[test]
     fn certain_regression_is_worse() {
         assert_eq!(judge(1.01, (1.005, 1.02), 0.03), Verdict::Worse);
+    }
+
+    #[test]
+    fn attempt_verdicts_keep_the_journal_names() {
+        for v in [
+            AttemptVerdict::Keep,
+            AttemptVerdict::BuildFailed,
+            AttemptVerdict::NoOp,
+            AttemptVerdict::AgentError,
+            AttemptVerdict::DoesNotApply,
+        ] {
+            let json = serde_json::to_string(&v).unwrap();
+            assert_eq!(json, format!("\"{}\"", v.name()));
+            assert_eq!(serde_json::from_str::<AttemptVerdict>(&json).unwrap(), v);
+        }
+        assert_eq!(format!("{:<8}|", AttemptVerdict::NoOp), "no_op   |");
     }
 
     #[test]

@@ -8,14 +8,16 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::referee::compare::{ArmSummary, Comparison, Samples};
 use crate::bench::environment::{self, Fingerprint};
-use crate::referee::format::{arm_medians, fmt_estimate, fmt_ratio};
-use crate::record::lineage::{self, RecordedRun};
-use crate::review::progress;
+use crate::bench::schedule::Samples;
 use crate::bench::session::Session;
+use crate::record::lineage;
+use crate::record::recorded::RecordedRun;
+use crate::referee::compare::{ArmSummary, Comparison};
+use crate::referee::format::{arm_medians, fmt_estimate, fmt_ratio};
 use crate::referee::stats;
 use crate::referee::verdict::Verdict;
+use crate::review::progress;
 
 /// One kept change, judged in the final combination.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -5,15 +5,17 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::referee::format::{fmt_ci, fmt_ratio};
 use crate::record::gitops::short;
-use crate::record::lineage::{Lineage, RecordedRun, Source, Step};
+use crate::record::lineage::{Lineage, Source, Step};
+use crate::record::recorded::RecordedRun;
+use crate::referee::format::{fmt_ci, fmt_ratio};
+use crate::referee::verdict::AttemptVerdict;
 
 /// One attempt of the run, whatever became of it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AttemptLine {
     pub number: usize,
-    pub verdict: String,
+    pub verdict: AttemptVerdict,
     pub hypothesis: String,
     pub playbook_id: Option<String>,
     pub attempt_ref: Option<String>,
@@ -49,7 +51,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
             .iter()
             .map(|a| AttemptLine {
                 number: a.number,
-                verdict: a.verdict.clone(),
+                verdict: a.verdict,
                 hypothesis: a.hypothesis.clone(),
                 playbook_id: a.playbook_id.clone(),
                 attempt_ref: a.attempt_ref.clone(),

@@ -2,6 +2,7 @@
 //! measure it again (`replay`, `ablate`), and `sweep`.
 
 pub mod ablate;
+pub mod charts;
 pub mod log;
 pub mod progress;
 pub mod replay;

@@ -5,9 +5,10 @@ use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::arm::Arm;
-use crate::referee::compare::Samples;
+use crate::bench::schedule::Samples;
 use crate::bench::session::Session;
 use crate::bench::trial::TrialSettings;
+use crate::referee::compare::ratio_so_far;
 
 fn bar(total: usize) -> ProgressBar {
     let bar = ProgressBar::new(total as u64);
@@ -32,8 +33,7 @@ pub fn measure(
     let bar = bar(blocks * arms.len());
     let result = samples.run_blocks(arms, blocks, seed, &session.plan, settings, &mut |s| {
         bar.set_position(s.done as u64);
-        let ratio = s
-            .ratio_so_far
+        let ratio = ratio_so_far(s.so_far)
             .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));
         bar.set_message(format!(
             "{label}block {}/{} {}{ratio}",

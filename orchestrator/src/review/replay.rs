@@ -16,16 +16,17 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 use crate::bench::arm::Arm;
-use crate::bench::build::BuildFailure;
-use crate::referee::compare::{ArmSummary, Comparison, Samples};
 use crate::bench::environment::{self, Fingerprint};
-use crate::referee::format::{arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
-use crate::referee::keep::{self, Decision};
-use crate::record::lineage::{self, Lineage, RecordedRun, Trees};
-use crate::review::progress;
+use crate::bench::schedule::Samples;
 use crate::bench::session::Session;
 use crate::bench::trial;
-use crate::referee::verdict::Verdict;
+use crate::record::lineage::{self, Lineage, Trees};
+use crate::record::recorded::RecordedRun;
+use crate::referee::compare::{ArmSummary, Comparison};
+use crate::referee::format::{arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
+use crate::referee::judge::{self, Phase, Rules, Stages};
+use crate::referee::verdict::{AttemptVerdict, Verdict};
+use crate::review::progress;
 
 /// One kept attempt, as recorded and as measured again.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -70,9 +71,8 @@ pub struct FinalReplay {
 pub struct DecisionReplay {
     pub attempt: usize,
     pub hypothesis: String,
-    pub recorded: String,
-    /// keep | discard | invalid | build_failed | no_op | does_not_apply | skipped
-    pub replayed: String,
+    pub recorded: AttemptVerdict,
+    pub replayed: AttemptVerdict,
     pub ratio: Option<f64>,
     pub ci95: Option<[f64; 2]>,
     pub extended: bool,
@@ -214,7 +214,7 @@ impl Replayer<'_> {
             start_vs_control: samples.compare(0, c, threshold),
         };
         let decisions = if decisions {
-            Some(self.decisions(&lineage, &trees, &arms[..=k], &only, &settings)?)
+            Some(self.decisions(&lineage, &trees, &arms[..=k], &control, &only, &settings)?)
         } else {
             None
         };
@@ -254,6 +254,7 @@ impl Replayer<'_> {
         lineage: &Lineage,
         trees: &[git2::Oid],
         steps: &[Arm],
+        control: &Arm,
         only: &[usize],
         settings: &trial::TrialSettings,
     ) -> Result<Vec<DecisionReplay>> {
@@ -273,8 +274,8 @@ impl Replayer<'_> {
             let mut d = DecisionReplay {
                 attempt: a.number,
                 hypothesis: a.hypothesis.clone(),
-                recorded: a.verdict.clone(),
-                replayed: String::new(),
+                recorded: a.verdict,
+                replayed: AttemptVerdict::Skipped,
                 ratio: None,
                 ci95: None,
                 extended: false,
@@ -282,7 +283,7 @@ impl Replayer<'_> {
                 agrees: None,
             };
             if a.diff.trim().is_empty() {
-                d.replayed = "skipped".into();
+                d.replayed = AttemptVerdict::Skipped;
                 d.note = Some("nothing to re-apply: the attempt recorded no diff".into());
                 out.push(d);
                 continue;
@@ -316,17 +317,17 @@ impl Replayer<'_> {
                     }
                 });
             let outcome = match tree {
-                Err(e) => Outcome::Ended("does_not_apply", Some(format!("{e:#}"))),
-                Ok(t) if t == champion_tree => Outcome::Ended("no_op", None),
-                Ok(t) => self.decide(a.number, t, &champion, settings, &mut d)?,
+                Err(e) => Outcome::Ended(AttemptVerdict::DoesNotApply, Some(format!("{e:#}"))),
+                Ok(t) if t == champion_tree => Outcome::Ended(AttemptVerdict::NoOp, None),
+                Ok(t) => self.decide(a.number, t, &champion, control, settings, &mut d)?,
             };
             let note = match outcome {
                 Outcome::Ended(v, note) => {
-                    d.replayed = v.into();
+                    d.replayed = v;
                     note
                 }
                 Outcome::Kept(tree, arm) => {
-                    d.replayed = "keep".into();
+                    d.replayed = AttemptVerdict::Keep;
                     champion_tree = tree;
                     champion = as_champion(&arm);
                     None
@@ -342,85 +343,80 @@ impl Replayer<'_> {
         Ok(out)
     }
 
-    /// build -> no-op -> smoke -> measure -> keep rule, as the loop does.
+    /// The loop's judging sequence, with the candidate built from `tree`
+    /// and measured beside `champion` and the control, as the loop does.
     fn decide(
         &self,
         n: usize,
         tree: git2::Oid,
         champion: &Arm,
+        control: &Arm,
         settings: &trial::TrialSettings,
         d: &mut DecisionReplay,
     ) -> Result<Outcome> {
         let config = self.session.config();
-        let candidate = match self
-            .session
-            .workspace
-            .prepare_tree(self.repo, tree, &format!("#{n}"))
-        {
-            Ok(arm) => arm,
-            Err(e) => {
-                return match e.downcast_ref::<BuildFailure>() {
-                    Some(f) => Ok(Outcome::Ended(
-                        "build_failed",
-                        f.log_tail.lines().last().map(str::to_string),
-                    )),
-                    None => Err(e),
-                }
-            }
+        let rules = Rules {
+            threshold: config.compare.threshold,
+            suspicious_gain: config.run.suspicious_gain,
+            smoke_window: Duration::from_millis(config.run.smoke_window_ms),
         };
-        if candidate.binary_hash == champion.binary_hash {
-            return Ok(Outcome::Ended(
-                "no_op",
-                Some("the built binary is identical to the champion's".into()),
-            ));
-        }
-        let window = Duration::from_millis(config.run.smoke_window_ms);
-        if let Some(failure) =
-            trial::smoke(&candidate.command, &self.session.plan, settings, window)?
-        {
-            return Ok(Outcome::Ended("invalid", Some(failure)));
-        }
-        let arms = [champion.clone(), candidate.clone()];
-        let mut samples = Samples::new(2);
-        let judged = keep::judge_measured(
-            &mut samples,
-            1,
-            0,
-            config.compare.threshold,
-            config.run.suspicious_gain,
-            &mut |s, extending| {
-                let label = format!(
-                    "#{n} {}: ",
-                    if extending { "extending" } else { "deciding" }
-                );
-                progress::measure(
-                    self.session,
-                    settings,
-                    &arms,
-                    self.blocks(),
-                    self.seed + n as u64,
-                    s,
-                    &label,
-                )?;
-                Ok(true)
-            },
-        )?
-        .expect("replay measurements are never abandoned");
-        d.ratio = judged.comparison.ratio_median;
-        d.ci95 = judged.comparison.ratio_ci95;
-        d.extended = judged.extended;
-        Ok(match judged.decision {
-            Decision::Keep => Outcome::Kept(tree, candidate),
-            Decision::Invalid => {
-                Outcome::Ended("invalid", Some("a gate failed during measurement".into()))
-            }
-            Decision::Discard | Decision::Extend => Outcome::Ended("discard", None),
+        let mut stages = ReplayStages {
+            replayer: self,
+            tree,
+            n,
+            settings,
+        };
+        let j = judge::judge(
+            &mut stages,
+            champion,
+            control,
+            &rules,
+            &self.session.plan,
+            settings,
+        )?;
+        d.ratio = j.vs_champion().and_then(|c| c.ratio_median);
+        d.ci95 = j.vs_champion().and_then(|c| c.ratio_ci95);
+        d.extended = j.extended;
+        Ok(match (j.verdict, j.candidate) {
+            (AttemptVerdict::Keep, Some(arm)) => Outcome::Kept(tree, arm),
+            (v, _) => Outcome::Ended(v, j.detail.or(j.build_log_tail)),
         })
     }
 }
 
+/// Replay's side of the judging sequence: the candidate is a tree rebuilt
+/// from git or the journal, and progress is a bar of its own.
+struct ReplayStages<'r, 'a> {
+    replayer: &'r Replayer<'a>,
+    tree: git2::Oid,
+    n: usize,
+    settings: &'r trial::TrialSettings,
+}
+
+impl Stages for ReplayStages<'_, '_> {
+    fn build(&mut self) -> Result<Arm> {
+        let r = self.replayer;
+        r.session
+            .workspace
+            .prepare_tree(r.repo, self.tree, &format!("#{}", self.n))
+    }
+
+    fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
+        let r = self.replayer;
+        progress::measure(
+            r.session,
+            self.settings,
+            arms,
+            r.blocks(),
+            r.seed + self.n as u64,
+            samples,
+            &format!("#{} {}: ", self.n, phase.name()),
+        )
+    }
+}
+
 enum Outcome {
-    Ended(&'static str, Option<String>),
+    Ended(AttemptVerdict, Option<String>),
     Kept(git2::Oid, Arm),
 }
 

@@ -5,306 +5,19 @@
 //! has been replayed or ablated, whether its keeps held up.
 
 use anyhow::Result;
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::review::ablate::AblationRecord;
-use crate::referee::format::{fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
-use crate::record::lineage::{Lineage, RecordedRun, Source};
 use crate::bench::profile::Profile;
+use crate::record::lineage::{Lineage, Source};
+use crate::record::recorded::RecordedRun;
+use crate::referee::format::{fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
+use crate::review::ablate::AblationRecord;
+use crate::review::charts::{
+    control_chart, cost_chart, profile_chart, ratio_chart, style, SECTIONS,
+};
 use crate::review::replay::ReplayRecord;
-use crate::review::svg::{escape, range, Chart, Marker, PointStyle};
-
-pub const KEPT: &str = "#1b9e77";
-pub const DISCARDED: &str = "#7f7f7f";
-pub const FAILED: &str = "#d95f02";
-/// Each chart's own ink, so a rendering check can tell that each was drawn.
-pub const STAIRCASE: &str = "#2166ac";
-pub const INTERVAL: &str = "#5e3c99";
-pub const CONTROL: &str = "#e7298a";
-pub const PROFILE_BASE: &str = "#e6ab02";
-pub const PROFILE_CHAMPION: &str = "#66a61e";
-
-/// The sections, in order; each holds exactly one chart.
-pub const SECTIONS: [&str; 4] = ["cost", "ratios", "control", "profile"];
-
-fn style(verdict: &str) -> (&'static str, Marker) {
-    match verdict {
-        "keep" => (KEPT, Marker::Dot),
-        "discard" => (DISCARDED, Marker::Ring),
-        "invalid" => (FAILED, Marker::Cross),
-        _ => (FAILED, Marker::Square),
-    }
-}
-
-fn x_ticks(n: usize) -> Vec<(f64, String)> {
-    let step = (n / 15).max(1);
-    (0..=n)
-        .filter(|i| i % step == 0)
-        .map(|i| {
-            let label = if i == 0 {
-                "start".into()
-            } else {
-                i.to_string()
-            };
-            (i as f64, label)
-        })
-        .collect()
-}
-
-fn cost_chart(run: &RecordedRun, lineage: &Lineage) -> String {
-    let unit = run.unit();
-    let n = run.attempts.len();
-    let costs: Vec<(usize, Option<f64>, Option<f64>)> = run
-        .attempts
-        .iter()
-        .map(|a| {
-            let of = |arm: usize| {
-                a.samples
-                    .as_ref()
-                    .map(|s| s.arm_summary(arm, "").cost_per_connection.median)
-                    .filter(|c| *c > 0.0)
-            };
-            (a.number, of(1), of(0))
-        })
-        .collect();
-    // Every attempt re-measures the champion; divided by the champion's
-    // cumulative ratio, each gives the start's cost on that attempt's
-    // machine. Their median anchors the staircase against drift.
-    let cumulative_at = |n: usize| {
-        lineage
-            .steps
-            .iter()
-            .take_while(|s| s.attempt < n)
-            .last()
-            .map_or(1.0, |s| s.cumulative)
-    };
-    let implied: Vec<f64> = costs
-        .iter()
-        .filter_map(|(n, _, champion)| Some((*champion)? / cumulative_at(*n)))
-        .collect();
-    let start = if implied.is_empty() {
-        run.run.baseline_cost.unwrap_or(0.0)
-    } else {
-        crate::referee::stats::median(&implied)
-    };
-    let mut stairs = vec![(0.0, start)];
-    for s in &lineage.steps[1..] {
-        stairs.push((s.attempt as f64, start * s.cumulative));
-    }
-    stairs.push((
-        n as f64,
-        start * lineage.steps.last().map_or(1.0, |s| s.cumulative),
-    ));
-    let all = costs
-        .iter()
-        .flat_map(|c| [c.1, c.2])
-        .flatten()
-        .chain(stairs.iter().map(|s| s.1));
-    let (lo, hi) = range(all, (0.0, 1.0));
-    let mut c = Chart::new(
-        "cost",
-        &format!("Cost per connection of every attempt ({unit})"),
-        (-0.5, n as f64 + 0.5),
-        (lo * 0.9, hi),
-    )
-    .labels(
-        "attempt",
-        &format!("{unit} per connection (median of blocks)"),
-    )
-    .x_ticks(x_ticks(n));
-    c.line(&stairs, STAIRCASE, 2.5, true);
-    for (number, candidate, champion) in &costs {
-        let a = run.attempt(*number).expect("listed attempt");
-        if let Some(ch) = champion {
-            c.marker(
-                *number as f64,
-                *ch,
-                STAIRCASE,
-                Marker::Ring,
-                &format!("#{number}: champion measured at {ch:.0} {unit}"),
-            );
-        }
-        let (color, marker) = style(&a.verdict);
-        let y = candidate.unwrap_or(lo * 0.9);
-        let tip = match candidate {
-            Some(v) => format!("#{number} {}: {v:.0} {unit} — {}", a.verdict, a.hypothesis),
-            None => format!("#{number} {} (not measured) — {}", a.verdict, a.hypothesis),
-        };
-        c.marker(*number as f64, y, color, marker, &tip);
-    }
-    c.legend(
-        STAIRCASE,
-        "champion: kept ratios applied to the start cost (rings: champion as measured)",
-    );
-    c.legend(KEPT, "kept");
-    c.legend(DISCARDED, "discarded");
-    c.legend(FAILED, "invalid / not measured (at the floor)");
-    c.render()
-}
-
-fn ratio_chart(run: &RecordedRun) -> String {
-    let n = run.attempts.len();
-    let threshold = run.threshold();
-    let points: Vec<(usize, f64, [f64; 2], &str)> = run
-        .attempts
-        .iter()
-        .filter_map(|a| {
-            let c = a.vs_champion.as_ref()?;
-            Some((a.number, c.ratio_median?, c.ratio_ci95?, a.verdict.as_str()))
-        })
-        .collect();
-    let values = points
-        .iter()
-        .flat_map(|p| [p.1, p.2[0], p.2[1]])
-        .chain([1.0, 1.0 - threshold]);
-    let (lo, hi) = range(values, (0.8, 1.2));
-    let mut c = Chart::new(
-        "ratios",
-        "Cost ratio to the champion, with its 95% interval",
-        (-0.5, n as f64 + 0.5),
-        (lo, hi),
-    )
-    .labels("attempt", "candidate / champion (< 1 is cheaper)")
-    .x_ticks(x_ticks(n));
-    c.reference(1.0, "#444", "1 = no change", false);
-    c.reference(
-        1.0 - threshold,
-        "#b2182b",
-        &format!("keep line {:.3}", 1.0 - threshold),
-        true,
-    );
-    for (number, median, [l, h], verdict) in points {
-        let (color, marker) = style(verdict);
-        c.estimate(
-            number as f64,
-            median,
-            Some([l, h]),
-            PointStyle {
-                color,
-                marker,
-                interval: INTERVAL,
-            },
-            &format!("#{number} {verdict}: {median:.3} [{l:.3}, {h:.3}]"),
-        );
-    }
-    c.legend(
-        INTERVAL,
-        "95% interval (bootstrap of the median block ratio)",
-    );
-    c.legend(KEPT, "kept");
-    c.legend(DISCARDED, "discarded");
-    c.render()
-}
-
-fn control_chart(run: &RecordedRun) -> String {
-    let n = run.attempts.len();
-    let points: Vec<(usize, f64, Option<[f64; 2]>)> = run
-        .attempts
-        .iter()
-        .filter_map(|a| {
-            let c = a.champion_vs_control.as_ref()?;
-            Some((a.number, c.ratio_median?, c.ratio_ci95))
-        })
-        .collect();
-    let values = points
-        .iter()
-        .flat_map(|p| [Some(p.1), p.2.map(|c| c[0]), p.2.map(|c| c[1])])
-        .flatten()
-        .chain([1.0]);
-    let (lo, hi) = range(values, (0.0, 1.2));
-    let mut c = Chart::new(
-        "control",
-        "The champion against the frozen control, in every attempt",
-        (-0.5, n as f64 + 0.5),
-        (lo.min(0.0), hi),
-    )
-    .labels("attempt", "champion cost / control cost")
-    .x_ticks(x_ticks(n));
-    c.reference(1.0, "#444", "the Go control", false);
-    for (number, median, ci) in &points {
-        c.estimate(
-            *number as f64,
-            *median,
-            *ci,
-            PointStyle {
-                color: CONTROL,
-                marker: Marker::Dot,
-                interval: CONTROL,
-            },
-            &format!("champion in attempt #{number}: {median:.3} of the control"),
-        );
-    }
-    let line: Vec<(f64, f64)> = points.iter().map(|p| (p.0 as f64, p.1)).collect();
-    c.line(&line, CONTROL, 2.0, false);
-    if let Some(first) = points.first() {
-        c.text(first.0 as f64, first.1, "baseline");
-    }
-    if let Some(last) = points.last().filter(|_| points.len() > 1) {
-        c.text(last.0 as f64, last.1, "champion");
-    }
-    c.legend(CONTROL, "champion / control, median and 95% interval");
-    c.render()
-}
-
-fn profile_chart(base: Option<&Profile>, champion: Option<&Profile>, champion_at: usize) -> String {
-    let groups = ["kernel", "treatment", "liburing", "libc", "other"];
-    let shares = |p: &Profile| -> BTreeMap<&str, f64> {
-        let mut m: BTreeMap<&str, f64> = groups
-            .iter()
-            .map(|g| (*g, p.dso_shares.get(*g).copied().unwrap_or(0.0)))
-            .collect();
-        let listed: f64 = p.dso_shares.values().sum();
-        *m.entry("other").or_default() += (1.0 - listed).max(0.0);
-        m
-    };
-    let mut c = Chart::new(
-        "profile",
-        "Where the server's CPU time goes (perf cpu-clock samples, share by DSO)",
-        (-0.5, groups.len() as f64 - 0.5),
-        (0.0, 1.0),
-    )
-    .labels(
-        "DSO group (other: below perf's 0.3% cut, or unattributed)",
-        "share of samples",
-    )
-    .x_ticks(
-        groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (i as f64, g.to_string()))
-            .collect(),
-    );
-    for (p, color, offset, who) in [
-        (base, PROFILE_BASE, -0.18, "baseline".to_string()),
-        (
-            champion,
-            PROFILE_CHAMPION,
-            0.18,
-            format!("champion (attempt {champion_at})"),
-        ),
-    ] {
-        match p {
-            Some(p) => {
-                let shares = shares(p);
-                for (i, g) in groups.iter().enumerate() {
-                    let v = shares[g];
-                    c.bar(
-                        i as f64 + offset,
-                        0.34,
-                        v,
-                        color,
-                        &format!("{who}: {g} {:.1}%", v * 100.0),
-                    );
-                }
-                c.legend(color, &who);
-            }
-            None => c.legend(color, &format!("{who}: no profile recorded")),
-        }
-    }
-    c.render()
-}
+use crate::review::svg::escape;
 
 fn attempts_table(run: &RecordedRun) -> String {
     let mut s = String::from(
@@ -312,7 +25,7 @@ fn attempts_table(run: &RecordedRun) -> String {
          <th>hypothesis and evidence</th></tr></thead><tbody>",
     );
     for a in &run.attempts {
-        let (color, _) = style(&a.verdict);
+        let (color, _) = style(a.verdict);
         let c = a.vs_champion.as_ref();
         let detail = a.evidence().unwrap_or("");
         let _ = write!(
@@ -320,7 +33,7 @@ fn attempts_table(run: &RecordedRun) -> String {
             "<tr id=\"attempt-{n}\"><td>{n}</td><td><span class=\"verdict\" style=\"background:{color}\">{v}</span></td>\
              <td>{r}</td><td>{ci}</td><td>{vc}</td><td><div>{h}</div>",
             n = a.number,
-            v = escape(&a.verdict),
+            v = escape(a.verdict.name()),
             r = fmt_ratio(c.and_then(|c| c.ratio_median)),
             ci = fmt_ci(c.and_then(|c| c.ratio_ci95)),
             vc = fmt_ratio(a.vs_control.as_ref().and_then(|c| c.ratio_median)),

@@ -9,11 +9,12 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::bench::arm::Arm;
-use crate::referee::compare::{ArmSummary, Comparison, Samples};
 use crate::bench::environment::Fingerprint;
+use crate::bench::schedule::Samples;
+use crate::bench::session::Session;
+use crate::referee::compare::{ArmSummary, Comparison};
 use crate::referee::format::{fmt_ci, fmt_ratio};
 use crate::review::progress;
-use crate::bench::session::Session;
 use crate::review::svg::{self, Chart, Marker};
 
 /// Busy fractions above this mean a core was saturated.

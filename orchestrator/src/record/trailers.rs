@@ -1,0 +1,134 @@
+//! The commit trailers: the evidence a champion's commit carries, so that
+//! `git log` alone tells what was measured. The loop writes them here and
+//! `ratchet log` and the lineage read them here, so the two cannot drift.
+
+use anyhow::{Context, Result};
+
+const RUN: &str = "Ratchet-Run";
+const ATTEMPT: &str = "Ratchet-Attempt";
+const METER: &str = "Ratchet-Meter";
+const COST: &str = "Ratchet-Cost-Per-Connection";
+const RATIO: &str = "Ratchet-Ratio";
+const CI95: &str = "Ratchet-CI95";
+const VS_CONTROL: &str = "Ratchet-Vs-Control";
+
+/// What a kept commit records about its measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evidence {
+    pub run: String,
+    pub attempt: usize,
+    /// The meter's event and unit, as `task-clock (ns)`.
+    pub meter: String,
+    pub unit: String,
+    pub cost_per_connection: Option<f64>,
+    pub ratio: Option<f64>,
+    pub ci95: Option<[f64; 2]>,
+    pub vs_control: Option<f64>,
+}
+
+/// The trailers of an attempt's own commit (its ref), which carries no measurement.
+pub fn attempt(run: &str, attempt: usize) -> String {
+    format!("{RUN}: {run}\n{ATTEMPT}: {attempt}\n")
+}
+
+impl Evidence {
+    pub fn render(&self) -> String {
+        let num = |v: Option<f64>, digits: usize| v.map_or("-".into(), |x| format!("{x:.digits$}"));
+        let ci = self
+            .ci95
+            .map_or("-".into(), |[lo, hi]| format!("{lo:.4} {hi:.4}"));
+        format!(
+            "{}{METER}: {}\n{COST}: {} {}\n{RATIO}: {}\n{CI95}: {ci}\n{VS_CONTROL}: {}\n",
+            attempt(&self.run, self.attempt),
+            self.meter,
+            num(self.cost_per_connection, 1),
+            self.unit,
+            num(self.ratio, 4),
+            num(self.vs_control, 4),
+        )
+    }
+
+    /// Reads the trailers of `message`; only the attempt number is required,
+    /// so a commit written by an older ratchet still reads.
+    pub fn parse(oid: &str, message: &str) -> Result<Self> {
+        let attempt = value(message, ATTEMPT)
+            .and_then(|a| a.parse().ok())
+            .with_context(|| format!("commit {oid} has no {ATTEMPT} trailer"))?;
+        let ci95 = value(message, CI95).and_then(|c| {
+            let v: Vec<f64> = c
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            (v.len() == 2).then(|| [v[0], v[1]])
+        });
+        let cost = value(message, COST);
+        Ok(Self {
+            run: value(message, RUN).unwrap_or_default().to_string(),
+            attempt,
+            meter: value(message, METER).unwrap_or_default().to_string(),
+            unit: cost
+                .and_then(|c| c.split_whitespace().nth(1))
+                .unwrap_or_default()
+                .to_string(),
+            cost_per_connection: number(cost),
+            ratio: number(value(message, RATIO)),
+            ci95,
+            vs_control: number(value(message, VS_CONTROL)),
+        })
+    }
+}
+
+fn value<'a>(message: &'a str, key: &str) -> Option<&'a str> {
+    message
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+fn number(s: Option<&str>) -> Option<f64> {
+    s?.split_whitespace().next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence() -> Evidence {
+        Evidence {
+            run: "r1".into(),
+            attempt: 6,
+            meter: "task-clock (ns)".into(),
+            unit: "ns".into(),
+            cost_per_connection: Some(12916.7),
+            ratio: Some(0.878),
+            ci95: Some([0.857, 0.978]),
+            vs_control: Some(0.4771),
+        }
+    }
+
+    #[test]
+    fn what_is_written_reads_back() {
+        let e = evidence();
+        let message = format!("Use multishot accept\n\nAgent: playbook\n\n{}", e.render());
+        assert_eq!(Evidence::parse("abc", &message).unwrap(), e);
+    }
+
+    #[test]
+    fn missing_values_read_as_none() {
+        let e = Evidence {
+            vs_control: None,
+            ci95: None,
+            ..evidence()
+        };
+        let back = Evidence::parse("abc", &e.render()).unwrap();
+        assert_eq!(back.vs_control, None);
+        assert_eq!(back.ci95, None);
+    }
+
+    #[test]
+    fn a_commit_without_the_attempt_is_named() {
+        let err = Evidence::parse("abc123", "subject\n\nRatchet-Run: r\n").unwrap_err();
+        assert!(err.to_string().contains("abc123"), "{err}");
+    }
+}

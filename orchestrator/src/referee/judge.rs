@@ -1,0 +1,197 @@
+//! The judging sequence, once: build -> no-op -> smoke -> measure -> keep
+//! rule. `ratchet run` judges every attempt with it, and `ratchet replay
+//! --decisions` re-judges recorded attempts with it, so a replayed decision is
+//! made by the code that made the original.
+//!
+//! What differs between the two callers is only where the candidate's source
+//! comes from and how progress is shown; both come in through [`Stages`].
+
+use anyhow::Result;
+use std::time::{Duration, Instant};
+
+use crate::bench::arm::Arm;
+use crate::bench::build::BuildFailure;
+use crate::bench::meter::MeterPlan;
+use crate::bench::schedule::{Samples, Tampered};
+use crate::bench::trial::{self, TrialSettings};
+use crate::referee::compare::Comparison;
+use crate::referee::keep::{self, Step};
+use crate::referee::verdict::AttemptVerdict;
+
+/// Arms in every judging measurement; the champion is the baseline.
+pub const CHAMPION: usize = 0;
+pub const CANDIDATE: usize = 1;
+pub const CONTROL: usize = 2;
+
+/// The settings of the keep rule and the smoke run.
+#[derive(Clone, Debug)]
+pub struct Rules {
+    pub threshold: f64,
+    pub suspicious_gain: f64,
+    pub smoke_window: Duration,
+}
+
+/// Which measurement of a judgement is running, for progress displays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Measuring,
+    /// More samples, because the first ones did not decide.
+    Extending,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Measuring => "measuring",
+            Phase::Extending => "extending",
+        }
+    }
+}
+
+/// What a caller supplies: the candidate's build, and measuring with its own
+/// progress display.
+pub trait Stages {
+    /// Builds the candidate; a [`BuildFailure`] is a verdict, any other error
+    /// ends the command.
+    fn build(&mut self) -> Result<Arm>;
+    /// Measures more samples of `arms` into `samples`. A [`Tampered`] error
+    /// ends the attempt with a `scope` verdict.
+    fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()>;
+}
+
+/// The measured evidence of a judgement.
+pub struct Evidence {
+    /// `trials[arm]` with the arms in [`CHAMPION`], [`CANDIDATE`], [`CONTROL`] order.
+    pub samples: Samples,
+    pub vs_champion: Comparison,
+    pub vs_control: Comparison,
+    pub champion_vs_control: Comparison,
+    /// Median cost per connection of the candidate and the control, in the meter's unit.
+    pub candidate_cost: f64,
+    pub control_cost: f64,
+}
+
+/// How a candidate was judged, with what it took.
+pub struct Judgement {
+    pub verdict: AttemptVerdict,
+    pub detail: Option<String>,
+    pub build_ok: Option<bool>,
+    pub build_log_tail: Option<String>,
+    pub binary_sha256: Option<String>,
+    /// The built candidate; on a keep, the new champion.
+    pub candidate: Option<Arm>,
+    pub evidence: Option<Evidence>,
+    pub extended: bool,
+    /// A built binary was modified on disk: the caller must rebuild before
+    /// it measures again.
+    pub tampered: bool,
+    pub build_s: f64,
+    pub measure_s: f64,
+}
+
+impl Judgement {
+    fn ended(verdict: AttemptVerdict, detail: Option<String>) -> Self {
+        Self {
+            verdict,
+            detail,
+            build_ok: None,
+            build_log_tail: None,
+            binary_sha256: None,
+            candidate: None,
+            evidence: None,
+            extended: false,
+            tampered: false,
+            build_s: 0.0,
+            measure_s: 0.0,
+        }
+    }
+
+    /// The comparison with the champion, when the candidate was measured.
+    pub fn vs_champion(&self) -> Option<&Comparison> {
+        self.evidence.as_ref().map(|e| &e.vs_champion)
+    }
+}
+
+/// Judges one candidate against `champion`, measured side by side with it
+/// and the `control`.
+pub fn judge(
+    stages: &mut dyn Stages,
+    champion: &Arm,
+    control: &Arm,
+    rules: &Rules,
+    plan: &MeterPlan,
+    settings: &TrialSettings,
+) -> Result<Judgement> {
+    let t = Instant::now();
+    let built = stages.build();
+    let build_s = t.elapsed().as_secs_f64();
+    let candidate = match built {
+        Ok(arm) => arm,
+        Err(e) => {
+            let Some(f) = e.downcast_ref::<BuildFailure>() else {
+                return Err(e);
+            };
+            let mut j = Judgement::ended(AttemptVerdict::BuildFailed, None);
+            j.build_ok = Some(false);
+            j.build_log_tail = Some(f.log_tail.clone());
+            j.build_s = build_s;
+            return Ok(j);
+        }
+    };
+    let mut j = Judgement::ended(AttemptVerdict::Discard, None);
+    j.build_ok = Some(true);
+    j.build_s = build_s;
+    j.binary_sha256 = candidate.binary_hash.clone();
+    j.candidate = Some(candidate.clone());
+    if candidate.binary_hash.is_some() && candidate.binary_hash == champion.binary_hash {
+        j.verdict = AttemptVerdict::NoOp;
+        j.detail = Some("the built binary is identical to the champion's".into());
+        return Ok(j);
+    }
+    if let Some(failure) = trial::smoke(&candidate.command, plan, settings, rules.smoke_window)? {
+        j.verdict = AttemptVerdict::Invalid;
+        j.detail = Some(failure);
+        return Ok(j);
+    }
+
+    let t = Instant::now();
+    let arms = [champion.clone(), candidate, control.clone()];
+    let mut samples = Samples::new(arms.len());
+    let mut phase = Phase::Measuring;
+    let step = loop {
+        if let Err(e) = stages.measure(&arms, &mut samples, phase) {
+            let Some(tampered) = e.downcast_ref::<Tampered>() else {
+                return Err(e);
+            };
+            j.verdict = AttemptVerdict::Scope;
+            j.detail = Some(tampered.to_string());
+            j.tampered = true;
+            j.measure_s = t.elapsed().as_secs_f64();
+            return Ok(j);
+        }
+        let c = samples.compare(CANDIDATE, CHAMPION, rules.threshold);
+        match keep::decide(&c, rules.threshold, rules.suspicious_gain, j.extended) {
+            Step::Extend => {
+                j.extended = true;
+                phase = Phase::Extending;
+            }
+            Step::Decided(v) => break (v, c),
+        }
+    };
+    j.measure_s = t.elapsed().as_secs_f64();
+    let (verdict, vs_champion) = step;
+    j.verdict = verdict;
+    if verdict == AttemptVerdict::Invalid {
+        j.detail = Some("a gate failed during measurement".into());
+    }
+    let cost = |arm: usize, label: &str| samples.arm_summary(arm, label).cost_per_connection.median;
+    j.evidence = Some(Evidence {
+        vs_control: samples.compare(CANDIDATE, CONTROL, rules.threshold),
+        champion_vs_control: samples.compare(CHAMPION, CONTROL, rules.threshold),
+        candidate_cost: cost(CANDIDATE, "candidate"),
+        control_cost: cost(CONTROL, "control"),
+        vs_champion,
+        samples,
+    });
+    Ok(j)
+}

@@ -1,0 +1,81 @@
+//! What the loop says about its attempts: the summary table at the end, the
+//! history agents read, and the lesson each attempt leaves.
+
+use super::Loop;
+use crate::agent::AttemptSummary;
+use crate::record::gitops::short;
+use crate::record::journal::AttemptRecord;
+use crate::record::knowledge::Lesson;
+use crate::referee::format::{fmt_ci, fmt_ratio};
+
+impl Loop<'_> {
+    pub(super) fn history(&self) -> Vec<AttemptSummary> {
+        self.attempts
+            .iter()
+            .map(|a| AttemptSummary {
+                number: a.number,
+                hypothesis: a.hypothesis.clone(),
+                verdict: a.verdict,
+                ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
+                ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                playbook_id: a.playbook_id.clone(),
+                champion: a.champion.clone(),
+                detail: a.build_log_tail.clone().or_else(|| a.detail.clone()),
+            })
+            .collect()
+    }
+
+    pub(super) fn summary(&self) -> String {
+        let mut s = format!(
+            "\nrun {} ({}): {} attempts, {} kept; branch {}\n",
+            self.run.run_id,
+            self.run.status,
+            self.attempts.len(),
+            self.attempts.iter().filter(|a| a.verdict.is_keep()).count(),
+            self.git.branch
+        );
+        s += &format!(
+            "{:>4}  {:<13} {:>8} {:>20}  hypothesis\n",
+            "#", "verdict", "ratio", "CI95"
+        );
+        for a in &self.attempts {
+            let c = a.vs_champion.as_ref();
+            s += &format!(
+                "{:>4}  {:<13} {:>8} {:>20}  {}\n",
+                a.number,
+                a.verdict,
+                fmt_ratio(c.and_then(|c| c.ratio_median)),
+                fmt_ci(c.and_then(|c| c.ratio_ci95)),
+                a.hypothesis
+            );
+        }
+        s += &format!(
+            "champion {} (attempt {}): cumulative ratio to the run's start {:.3}; vs control {}\n",
+            short(&self.champion.commit),
+            self.champion.attempt,
+            self.champion.cumulative_ratio,
+            fmt_ratio(self.champion.vs_control)
+        );
+        s
+    }
+}
+
+pub fn lesson_of(run: &str, a: &AttemptRecord) -> Lesson {
+    let meter = a
+        .meter
+        .map_or("-".to_string(), |m| format!("{} ({})", m.name(), m.unit()));
+    Lesson {
+        run: run.to_string(),
+        attempt: a.number,
+        hypothesis: a.hypothesis.clone(),
+        category: a.category.clone(),
+        playbook_id: a.playbook_id.clone(),
+        verdict: a.verdict,
+        ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
+        ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+        meter,
+        champion: a.champion.clone(),
+        attempt_ref: a.attempt_ref.clone(),
+        detail: a.detail.clone(),
+    }
+}
