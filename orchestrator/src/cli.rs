@@ -9,7 +9,7 @@ use crate::bench::schedule::Samples;
 use crate::bench::session::{self, Session};
 use crate::bench::{arm, environment};
 use crate::clock;
-use crate::config::Config;
+use crate::config::{Config, Schedule};
 use crate::files;
 use crate::record::{lineage, recorded};
 use crate::referee::{compare, format};
@@ -143,8 +143,10 @@ struct RunArgs {
     /// Continue a stopped or interrupted run.
     #[arg(long, value_name = "RUN_ID")]
     resume: Option<String>,
+    /// Stop after this many attempts in all (overrides run.max_iterations).
     #[arg(long)]
     max_iterations: Option<usize>,
+    /// Start no new attempt after this many minutes (overrides run.max_wall_minutes).
     #[arg(long)]
     max_wall_minutes: Option<u64>,
     #[command(flatten)]
@@ -154,10 +156,11 @@ struct RunArgs {
 /// The length of a measurement, overriding harness.toml for one command.
 #[derive(Args, Clone)]
 struct TrialArgs {
-    /// Blocks per measurement (each runs every arm once).
+    /// Samples per measurement (each measures every arm once): windows of a
+    /// duet, or blocks; at least 6.
     #[arg(long)]
     blocks: Option<usize>,
-    /// The measured window of each trial, in ms.
+    /// The measured window of each sample, in ms (a duet window, or a trial's).
     #[arg(long)]
     window_ms: Option<u64>,
     /// The unscored warm-up of each trial, in ms.
@@ -176,6 +179,11 @@ struct MeasureArgs {
     /// The smallest improvement that counts (0.03 = 3%).
     #[arg(long)]
     threshold: Option<f64>,
+    /// How arms share the SUT core: duet (every arm live in the same
+    /// windows, the load moved between them in slices) or blocks (one
+    /// server at a time).
+    #[arg(long, value_parser = ["duet", "blocks"])]
+    schedule: Option<String>,
 }
 
 impl MeasureArgs {
@@ -187,6 +195,7 @@ impl MeasureArgs {
         }
         if let Some(w) = self.trial.window_ms {
             config.trial.window_ms = w;
+            config.duet.window_ms = w;
         }
         if let Some(w) = self.trial.warmup_ms {
             config.trial.warmup_ms = w;
@@ -196,6 +205,13 @@ impl MeasureArgs {
         }
         if let Some(t) = self.threshold {
             config.compare.threshold = t;
+        }
+        if let Some(s) = &self.schedule {
+            config.compare.schedule = if s == "duet" {
+                Schedule::Duet
+            } else {
+                Schedule::Blocks
+            };
         }
         let text = toml::to_string(&config)?;
         Config::parse(&text, std::path::Path::new("command-line options"))
@@ -307,7 +323,6 @@ fn run_loop(cli: &Cli, args: &RunArgs) -> Result<()> {
             agent: args.agent.clone(),
         },
     )
-    .map(|_| ())
 }
 
 fn doctor(cli: &Cli) -> Result<()> {
@@ -474,6 +489,7 @@ fn sweep(cli: &Cli, args: &SweepArgs) -> Result<()> {
             trial: args.trial.clone(),
             connections: Some(level),
             threshold: None,
+            schedule: None,
         };
         config = Some(measure.apply(base.clone())?);
     }

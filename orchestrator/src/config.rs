@@ -19,6 +19,7 @@ pub struct Config {
     pub gate: GateConfig,
     pub meter: MeterConfig,
     pub compare: CompareConfig,
+    pub duet: DuetConfig,
     pub build: BuildConfig,
     pub paths: PathsConfig,
     pub run: RunConfig,
@@ -204,6 +205,8 @@ impl Default for MeterConfig {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CompareConfig {
+    pub schedule: Schedule,
+    /// Samples per measurement: windows (duet) or blocks (blocks).
     pub blocks: usize,
     pub threshold: f64,
 }
@@ -211,8 +214,62 @@ pub struct CompareConfig {
 impl Default for CompareConfig {
     fn default() -> Self {
         Self {
-            blocks: 5,
+            schedule: Schedule::Duet,
+            blocks: 10,
             threshold: 0.03,
+        }
+    }
+}
+
+/// How the arms of a measurement share the SUT core over time.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Schedule {
+    /// Every arm a live server in the same windows, the load moved between
+    /// them in short slices ([`crate::bench::duet`]).
+    Duet,
+    /// One fresh server at a time: blocks of sequential trials.
+    Blocks,
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Duet => "duet",
+            Schedule::Blocks => "blocks",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DuetConfig {
+    /// One sample per arm per window.
+    pub window_ms: u64,
+    /// How long one arm holds the whole load before the next takes it.
+    pub slice_ms: u64,
+    /// Windows between restarts of every server.
+    pub windows_per_epoch: usize,
+    pub load: DuetLoad,
+}
+
+/// How a duet shares the generator's load between its live arms.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum DuetLoad {
+    /// One arm holds the whole load at a time, in short slices.
+    Slices,
+    /// Every arm holds its share of the clients all the time.
+    Shared,
+}
+
+impl Default for DuetConfig {
+    fn default() -> Self {
+        Self {
+            window_ms: 1000,
+            slice_ms: 25,
+            windows_per_epoch: 5,
+            load: DuetLoad::Slices,
         }
     }
 }
@@ -352,7 +409,28 @@ impl Config {
             0.0,
             1.0,
         )?;
-        range("compare.blocks", self.compare.blocks as f64, 1.0, 1000.0)?;
+        // Fewer samples give no interval with a stated coverage (see stats).
+        range("compare.blocks", self.compare.blocks as f64, 6.0, 1000.0)?;
+        range(
+            "duet.window_ms",
+            self.duet.window_ms as f64,
+            50.0,
+            600_000.0,
+        )?;
+        range("duet.slice_ms", self.duet.slice_ms as f64, 1.0, 10_000.0)?;
+        if self.duet.slice_ms > self.duet.window_ms {
+            bail!(
+                "duet.slice_ms ({}) must not be longer than duet.window_ms ({})",
+                self.duet.slice_ms,
+                self.duet.window_ms
+            );
+        }
+        range(
+            "duet.windows_per_epoch",
+            self.duet.windows_per_epoch as f64,
+            1.0,
+            1000.0,
+        )?;
         range("compare.threshold", self.compare.threshold, 0.0, 0.99)?;
         range(
             "build.timeout_s",
@@ -419,7 +497,8 @@ mod tests {
         assert_eq!(c.gate.max_failure_rate, 0.0001);
         assert_eq!(c.trial.warmup_ms, 1000);
         assert_eq!(c.trial.window_ms, 3000);
-        assert_eq!(c.compare.blocks, 5);
+        assert_eq!(c.compare.blocks, 10);
+        assert_eq!(c.compare.schedule, Schedule::Duet);
         assert!(c.contract.response.ends_with("\r\n\r\nok"));
     }
 

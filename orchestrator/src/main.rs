@@ -35,6 +35,8 @@ fn main() {
         eprintln!("ratchet: error: {e:#}");
         std::process::exit(if e.is::<interrupt::Interrupted>() {
             130
+        } else if let Some(u) = e.downcast_ref::<run::Undecided>() {
+            u.code
         } else {
             1
         });

@@ -3,6 +3,11 @@
 //! judged in full against the contract; its outcome lands in counters that the
 //! trial snapshots at the same instants as the CPU counters, so cost per
 //! connection divides two numbers taken over the same window.
+//!
+//! It can hold several targets (the arms of a duet): every new connection
+//! goes to the target that is active when it starts, and its outcome is
+//! counted for that target, so the load can be moved between live servers in
+//! short slices while each server's connections stay its own.
 
 use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
@@ -18,7 +23,8 @@ use crate::bench::contract::{Contract, Failure};
 
 #[derive(Clone, Debug)]
 pub struct LoadSpec {
-    pub target: SocketAddr,
+    /// One server per arm; new connections go to the active one.
+    pub targets: Vec<SocketAddr>,
     pub connections: usize,
     pub timeout: Duration,
     pub cores: Vec<usize>,
@@ -56,7 +62,12 @@ struct Counters {
 
 struct Shared {
     spec: LoadSpec,
-    counters: Counters,
+    /// Per target.
+    counters: Vec<Counters>,
+    /// Connections under way, per target: those still open at the drain
+    /// deadline are that target's timeouts.
+    in_flight: Vec<AtomicU64>,
+    active: AtomicUsize,
     stop: AtomicBool,
     measuring: AtomicBool,
     next_source: AtomicU32,
@@ -77,8 +88,11 @@ impl Shared {
 pub struct LoadGen {
     runtime: tokio::runtime::Runtime,
     shared: Arc<Shared>,
-    clients: Vec<tokio::task::JoinHandle<Histogram<u64>>>,
+    clients: Vec<tokio::task::JoinHandle<Vec<Histogram<u64>>>>,
 }
+
+/// See [`LoadGen::set_active`].
+pub const EVERY_TARGET: usize = usize::MAX;
 
 /// The finished run of a generator.
 pub struct LoadTotals {
@@ -104,15 +118,18 @@ impl LoadGen {
             })
             .build()
             .context("starting the load generator's runtime")?;
+        let targets = spec.targets.len().max(1);
         let shared = Arc::new(Shared {
             spec,
-            counters: Counters::default(),
+            counters: (0..targets).map(|_| Counters::default()).collect(),
+            in_flight: (0..targets).map(|_| AtomicU64::new(0)).collect(),
+            active: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             measuring: AtomicBool::new(false),
             next_source: AtomicU32::new(0),
         });
         let clients = (0..shared.spec.connections)
-            .map(|_| runtime.spawn(client(shared.clone())))
+            .map(|id| runtime.spawn(client(shared.clone(), id)))
             .collect();
         Ok(Self {
             runtime,
@@ -121,8 +138,16 @@ impl LoadGen {
         })
     }
 
-    pub fn snapshot(&self) -> LoadSnapshot {
-        LoadGen::snapshot_of(&self.shared)
+    /// The counters of target `target` now.
+    pub fn snapshot(&self, target: usize) -> LoadSnapshot {
+        LoadGen::snapshot_of(&self.shared, target)
+    }
+
+    /// Sends every connection started from now on to target `target`, or
+    /// with [`EVERY_TARGET`], each client to its own target (client i to
+    /// target i mod n): every target loaded at once.
+    pub fn set_active(&self, target: usize) {
+        self.shared.active.store(target, Ordering::Release);
     }
 
     /// Latencies are recorded only for connections completing while this is set.
@@ -131,35 +156,39 @@ impl LoadGen {
     }
 
     /// Stops opening connections and waits for those in flight, so that every
-    /// connection the trial started is judged.
-    pub fn finish(self) -> LoadTotals {
+    /// connection the trial started is judged. One total per target.
+    pub fn finish(self) -> Vec<LoadTotals> {
         self.shared.stop.store(true, Ordering::Release);
         let drain = self.shared.spec.timeout + Duration::from_secs(2);
         let shared = self.shared.clone();
+        let targets = shared.counters.len();
         let clients = self.clients;
-        let (latency_us, stuck_clients) = self.runtime.block_on(async move {
-            let mut merged = new_histogram();
-            let mut stuck = 0;
+        let latencies = self.runtime.block_on(async move {
+            let mut merged: Vec<Histogram<u64>> = (0..targets).map(|_| new_histogram()).collect();
             let deadline = tokio::time::Instant::now() + drain;
             for handle in clients {
-                match tokio::time::timeout_at(deadline, handle).await {
-                    Ok(Ok(h)) => merged.add(h).expect("histograms share bounds"),
-                    _ => stuck += 1,
+                if let Ok(Ok(hs)) = tokio::time::timeout_at(deadline, handle).await {
+                    for (m, h) in merged.iter_mut().zip(hs) {
+                        m.add(h).expect("histograms share bounds");
+                    }
                 }
             }
-            (merged, stuck)
+            merged
         });
         self.runtime.shutdown_background();
-        let snapshot = LoadGen::snapshot_of(&shared);
-        LoadTotals {
-            snapshot,
-            latency_us,
-            stuck_clients,
-        }
+        latencies
+            .into_iter()
+            .enumerate()
+            .map(|(t, latency_us)| LoadTotals {
+                snapshot: LoadGen::snapshot_of(&shared, t),
+                latency_us,
+                stuck_clients: shared.in_flight[t].load(Ordering::Acquire) as usize,
+            })
+            .collect()
     }
 
-    fn snapshot_of(shared: &Shared) -> LoadSnapshot {
-        let c = &shared.counters;
+    fn snapshot_of(shared: &Shared, target: usize) -> LoadSnapshot {
+        let c = &shared.counters[target];
         let mut failures = [0; 6];
         for (i, f) in failures.iter_mut().enumerate() {
             *f = c.failures[i].load(Ordering::Acquire);
@@ -176,42 +205,55 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
 
-async fn client(shared: Arc<Shared>) -> Histogram<u64> {
-    let mut latency = new_histogram();
+async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
+    let mut latency: Vec<Histogram<u64>> =
+        shared.counters.iter().map(|_| new_histogram()).collect();
     let mut head = Vec::with_capacity(shared.spec.contract.head_len());
     while !shared.stop.load(Ordering::Acquire) {
+        let target = match shared.active.load(Ordering::Acquire) {
+            EVERY_TARGET => id,
+            t => t,
+        } % shared.counters.len();
+        let counters = &shared.counters[target];
         let source = shared.source();
         let started = Instant::now();
-        shared.counters.attempts.fetch_add(1, Ordering::AcqRel);
+        shared.in_flight[target].fetch_add(1, Ordering::AcqRel);
+        counters.attempts.fetch_add(1, Ordering::AcqRel);
         let outcome = tokio::time::timeout(
             shared.spec.timeout,
-            connection(&shared.spec, source, &mut head),
+            connection(&shared.spec, target, source, &mut head),
         )
         .await
         .unwrap_or(Err(Failure::Timeout));
         match outcome {
             Ok(()) => {
                 if shared.measuring.load(Ordering::Acquire) {
-                    latency.saturating_record(started.elapsed().as_micros() as u64);
+                    latency[target].saturating_record(started.elapsed().as_micros() as u64);
                 }
-                shared.counters.completed.fetch_add(1, Ordering::AcqRel);
+                counters.completed.fetch_add(1, Ordering::AcqRel);
             }
             Err(f) => {
-                shared.counters.failures[f.index()].fetch_add(1, Ordering::AcqRel);
+                counters.failures[f.index()].fetch_add(1, Ordering::AcqRel);
             }
         }
+        shared.in_flight[target].fetch_sub(1, Ordering::AcqRel);
     }
     latency
 }
 
-async fn connection(spec: &LoadSpec, source: IpAddr, head: &mut Vec<u8>) -> Result<(), Failure> {
+async fn connection(
+    spec: &LoadSpec,
+    target: usize,
+    source: IpAddr,
+    head: &mut Vec<u8>,
+) -> Result<(), Failure> {
     let socket = TcpSocket::new_v4().map_err(|_| Failure::Connect)?;
     bind_address_no_port(&socket);
     socket
         .bind(SocketAddr::new(source, 0))
         .map_err(|_| Failure::Connect)?;
     let mut stream = socket
-        .connect(spec.target)
+        .connect(spec.targets[target])
         .await
         .map_err(|_| Failure::Connect)?;
     stream

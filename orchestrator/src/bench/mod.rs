@@ -5,6 +5,7 @@
 pub mod arm;
 pub mod build;
 pub mod contract;
+pub mod duet;
 pub mod environment;
 pub mod gate;
 pub mod launch;

@@ -9,16 +9,25 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::bench::arm::Arm;
+use crate::bench::duet;
 use crate::bench::meter::MeterPlan;
 use crate::bench::trial::{run_trial, Measurement, TrialSettings};
+use crate::config::Schedule;
 
 /// Every trial of every arm so far: `trials[arm][block]`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Samples {
+    /// `trials[arm][sample]`: sample k of every arm was measured in the same
+    /// window (duet) or block (blocks).
     pub trials: Vec<Vec<Measurement>>,
-    /// The order the arms ran in, per block (arm indices).
+    /// The order the arms ran in, per sample (arm indices): the trial order
+    /// of a block, or the slice order of a window.
     #[serde(default)]
     pub orders: Vec<Vec<usize>>,
+    /// The schedule that measured them; records older than the duet have
+    /// none, and were blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Schedule>,
 }
 
 /// A built binary no longer matches the hash it had when it was built: some
@@ -83,6 +92,7 @@ impl Samples {
         Self {
             trials: vec![Vec::new(); arms],
             orders: Vec::new(),
+            schedule: None,
         }
     }
 
@@ -90,8 +100,26 @@ impl Samples {
         self.trials.first().map_or(0, Vec::len)
     }
 
+    /// Measures `samples` more samples of every arm under the schedule of
+    /// `settings`: windows of a duet, or blocks of sequential trials.
+    pub fn measure(
+        &mut self,
+        arms: &[Arm],
+        samples: usize,
+        seed: u64,
+        plan: &MeterPlan,
+        settings: &TrialSettings,
+        on_step: &mut dyn FnMut(Step<'_>),
+    ) -> Result<()> {
+        self.schedule = Some(settings.schedule);
+        match settings.schedule {
+            Schedule::Duet => duet::run_windows(self, arms, samples, seed, plan, settings, on_step),
+            Schedule::Blocks => self.run_blocks(arms, samples, seed, plan, settings, on_step),
+        }
+    }
+
     /// Runs `blocks` more blocks, in the order [`block_order`] gives.
-    pub fn run_blocks(
+    fn run_blocks(
         &mut self,
         arms: &[Arm],
         blocks: usize,

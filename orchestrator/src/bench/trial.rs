@@ -15,7 +15,7 @@ use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
-use crate::config::{Config, GateConfig};
+use crate::config::{Config, DuetLoad, GateConfig, Schedule};
 use crate::interrupt;
 
 #[derive(Clone, Debug)]
@@ -29,13 +29,29 @@ pub struct TrialSettings {
     pub load_cores: Vec<usize>,
     pub gate: GateConfig,
     pub contract: Arc<Contract>,
+    pub schedule: Schedule,
+    pub duet: DuetSettings,
+}
+
+/// How the duet schedule slices its windows (see [`crate::bench::duet`]).
+#[derive(Clone, Debug)]
+pub struct DuetSettings {
+    pub window: Duration,
+    pub slice: Duration,
+    pub windows_per_epoch: usize,
+    /// Every arm loaded at once instead of in slices.
+    pub shared: bool,
 }
 
 impl TrialSettings {
-    /// The load the generator puts on a server listening on `port`.
-    pub fn load_spec(&self, port: u16) -> LoadSpec {
+    /// The load the generator puts on servers listening on `ports` (one
+    /// active at a time).
+    pub fn load_spec(&self, ports: &[u16]) -> LoadSpec {
         LoadSpec {
-            target: SocketAddr::from(([127, 0, 0, 1], port)),
+            targets: ports
+                .iter()
+                .map(|&p| SocketAddr::from(([127, 0, 0, 1], p)))
+                .collect(),
             connections: self.connections,
             timeout: self.connection_timeout,
             cores: self.load_cores.clone(),
@@ -54,6 +70,13 @@ impl TrialSettings {
             load_cores,
             gate: config.gate.clone(),
             contract: Arc::new(config.contract()),
+            schedule: config.compare.schedule,
+            duet: DuetSettings {
+                window: Duration::from_millis(config.duet.window_ms),
+                slice: Duration::from_millis(config.duet.slice_ms),
+                windows_per_epoch: config.duet.windows_per_epoch,
+                shared: config.duet.load == DuetLoad::Shared,
+            },
         }
     }
 }
@@ -87,6 +110,16 @@ pub struct Latency {
     pub p999: f64,
 }
 
+impl Latency {
+    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
+        Self {
+            p50: h.value_at_quantile(0.5) as f64,
+            p99: h.value_at_quantile(0.99) as f64,
+            p999: h.value_at_quantile(0.999) as f64,
+        }
+    }
+}
+
 /// What one trial measured. `cost_per_connection` is in the meter's unit and
 /// is `None` when the gate failed: a failed trial has no score.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -115,7 +148,7 @@ pub struct Measurement {
 const SLICE: Duration = Duration::from_millis(250);
 
 /// CPU time this process has used, user + system.
-fn own_cpu() -> Duration {
+pub fn own_cpu() -> Duration {
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
@@ -138,7 +171,7 @@ fn watch(server: &mut RunningServer, d: Duration) -> Result<bool> {
     Ok(server.alive())
 }
 
-fn failed_start(message: String, gate: &GateConfig) -> Measurement {
+pub fn failed_start(message: String, gate: &GateConfig) -> Measurement {
     let evidence = GateEvidence {
         start_error: Some(message),
         ..Default::default()
@@ -163,14 +196,14 @@ pub fn run_trial(
         running.stop(s.stop_grace);
         return Ok(failed_start(format!("{e:#}"), &s.gate));
     }
-    let load = LoadGen::start(s.load_spec(port))?;
+    let load = LoadGen::start(s.load_spec(&[port]))?;
     let mut alive = watch(&mut running, s.warmup)?;
 
     load.set_measuring(true);
     let cpu0 = own_cpu();
     let t0 = Instant::now();
     let m0 = running.counters.read()?;
-    let l0 = load.snapshot();
+    let l0 = load.snapshot(0);
     let slices = (s.window.as_millis() / SLICE.as_millis()).max(1) as u32;
     let mut slice_costs = Vec::with_capacity(slices as usize);
     let (mut mp, mut lp) = (m0, l0);
@@ -180,7 +213,7 @@ pub fn run_trial(
         let until = s.window * k / slices;
         alive &= watch(&mut running, until.saturating_sub(t0.elapsed()))?;
         m1 = running.counters.read()?;
-        l1 = load.snapshot();
+        l1 = load.snapshot(0);
         let done = l1.completed - lp.completed;
         if done > 0 {
             slice_costs.push((m1.primary - mp.primary) as f64 / done as f64);
@@ -191,7 +224,7 @@ pub fn run_trial(
     let cpu1 = own_cpu();
     load.set_measuring(false);
 
-    let totals = load.finish();
+    let totals = load.finish().remove(0);
     alive &= running.alive();
     running.stop(s.stop_grace);
 
@@ -224,11 +257,7 @@ pub fn run_trial(
         window_completed: window.completed,
         window_s,
         throughput_cps: window.completed as f64 / window_s,
-        latency_us: Latency {
-            p50: h.value_at_quantile(0.5) as f64,
-            p99: h.value_at_quantile(0.99) as f64,
-            p999: h.value_at_quantile(0.999) as f64,
-        },
+        latency_us: Latency::of(h),
         syscalls_per_connection: meter.syscalls.and_then(per_conn),
         context_switches_per_connection: per_conn(meter.context_switches),
         sut_busy: meter.task_clock_ns as f64 / elapsed.as_nanos() as f64,

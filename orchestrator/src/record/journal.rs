@@ -26,6 +26,9 @@ pub struct AaCheck {
     pub cv: f64,
     pub ci95: [f64; 2],
     pub blocks_needed: usize,
+    /// The upper confidence bound on the spread that sized the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_upper_bound: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -81,6 +84,9 @@ pub struct AttemptRecord {
     pub vs_champion: Option<Comparison>,
     pub vs_control: Option<Comparison>,
     pub champion_vs_control: Option<Comparison>,
+    /// A duet keep measured again with each server alone on the core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Comparison>,
     pub extended: bool,
     pub control_drift: Option<f64>,
     pub durations: Durations,

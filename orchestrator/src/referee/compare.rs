@@ -9,6 +9,7 @@ use crate::bench::gate::{self, GateResult};
 use crate::bench::meter::{MeterEvent, MeterPlan};
 use crate::bench::schedule::Samples;
 use crate::bench::trial::{Latency, Measurement};
+use crate::config::Schedule;
 use crate::referee::stats;
 use crate::referee::verdict::{self, Verdict};
 
@@ -37,10 +38,25 @@ impl Samples {
         gate::combine(&gates)
     }
 
+    /// The comparison with a 95% interval.
     pub fn compare(&self, arm: usize, baseline: usize, threshold: f64) -> Comparison {
+        self.compare_at(arm, baseline, threshold, 0.95)
+    }
+
+    /// The comparison with an interval of coverage at least `level`. The
+    /// median has one only from [`stats::MIN_SAMPLES`] ratios on.
+    pub fn compare_at(
+        &self,
+        arm: usize,
+        baseline: usize,
+        threshold: f64,
+        level: f64,
+    ) -> Comparison {
         let ratios = self.ratios(arm, baseline);
         let valid = self.gate(arm).passed && self.gate(baseline).passed && !ratios.is_empty();
-        let (median, ci) = stats::median_ci95(&ratios).unzip();
+        let median = (!ratios.is_empty()).then(|| stats::median(&ratios));
+        let interval = stats::median_interval(&ratios, level);
+        let ci = interval.map(|i| [i.lo, i.hi]);
         let verdict = match (valid, median, ci) {
             (true, Some(m), Some(ci)) => verdict::judge(m, (ci[0], ci[1]), threshold),
             _ => Verdict::Invalid,
@@ -50,6 +66,8 @@ impl Samples {
             baseline,
             ratio_median: median,
             ratio_ci95: ci,
+            ci_level: level,
+            ci_coverage: interval.map(|i| i.coverage),
             ratio_cv: (ratios.len() > 1).then(|| stats::coefficient_of_variation(&ratios)),
             block_ratios: ratios,
             verdict,
@@ -118,10 +136,22 @@ pub struct Comparison {
     pub arm: usize,
     pub baseline: usize,
     pub ratio_median: Option<f64>,
+    /// The interval of the median ratio, at `ci_level` (the field keeps its
+    /// recorded name; the decision's own interval may be wider than 95%).
     pub ratio_ci95: Option<[f64; 2]>,
+    #[serde(default = "default_level")]
+    pub ci_level: f64,
+    /// The interval's exact coverage (order statistics of the median);
+    /// absent from records made with the bootstrap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_coverage: Option<f64>,
     pub verdict: Verdict,
     pub ratio_cv: Option<f64>,
     pub block_ratios: Vec<f64>,
+}
+
+fn default_level() -> f64 {
+    0.95
 }
 
 #[cfg(test)]
@@ -134,6 +164,8 @@ impl Comparison {
             baseline: 0,
             ratio_median: Some(median),
             ratio_ci95: Some([lo, hi]),
+            ci_level: 0.95,
+            ci_coverage: None,
             verdict: verdict::judge(median, (lo, hi), threshold),
             ratio_cv: None,
             block_ratios: vec![],
@@ -151,7 +183,9 @@ pub struct MeterInfo {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CompareReport {
     pub meter: MeterInfo,
-    /// Run order per block, so the schedule can be audited.
+    /// duet or blocks: how the arms shared the SUT core.
+    pub schedule: Schedule,
+    /// Run order per sample, so the schedule can be audited.
     pub orders: Vec<Vec<usize>>,
     pub threshold: f64,
     pub blocks: usize,
@@ -175,6 +209,7 @@ pub fn report(
             unit: plan.event.unit().into(),
         },
         threshold,
+        schedule: samples.schedule.unwrap_or(Schedule::Blocks),
         orders: samples.orders.clone(),
         blocks: samples.blocks(),
         arms: labels
@@ -214,15 +249,28 @@ mod tests {
                 b.iter().map(|c| trial(*c)).collect(),
             ],
             orders: vec![],
+            schedule: None,
         }
     }
 
     #[test]
     fn ratios_are_per_block() {
-        let s = samples(&[Some(100.0), Some(200.0)], &[Some(50.0), Some(100.0)]);
-        assert_eq!(s.ratios(1, 0), vec![0.5, 0.5]);
+        let a = [100.0, 200.0, 100.0, 200.0, 100.0, 200.0].map(Some);
+        let b = [50.0, 100.0, 50.0, 100.0, 50.0, 100.0].map(Some);
+        let s = samples(&a, &b);
+        assert_eq!(s.ratios(1, 0), vec![0.5; 6]);
         let c = s.compare(1, 0, 0.03);
         assert_eq!(c.verdict, Verdict::Better);
+        assert_eq!(c.ratio_median, Some(0.5));
+        assert!(c.ci_coverage.unwrap() > 0.96);
+    }
+
+    #[test]
+    fn fewer_than_six_samples_decide_nothing() {
+        let s = samples(&[Some(100.0); 5], &[Some(50.0); 5]);
+        let c = s.compare(1, 0, 0.03);
+        assert_eq!(c.verdict, Verdict::Invalid);
+        assert_eq!(c.ratio_ci95, None);
         assert_eq!(c.ratio_median, Some(0.5));
     }
 

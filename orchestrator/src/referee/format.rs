@@ -2,6 +2,7 @@
 //! every command's text shares. JSON output is the serialized
 //! [`crate::referee::compare::CompareReport`] itself.
 
+use crate::config::Schedule;
 use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
 use crate::referee::verdict::Verdict;
 
@@ -48,9 +49,15 @@ pub fn compare_table(r: &CompareReport) -> String {
         .unwrap_or(0)
         .max(12);
     let mut out = format!(
-        "meter: {} (cost per connection in {unit}); {} blocks; threshold {:.1}%\n\n",
+        "meter: {} (cost per connection in {unit}); schedule {}, {} {}; threshold {:.1}%\n\n",
         r.environment.meter_reason,
+        r.schedule.name(),
         r.blocks,
+        if r.schedule == Schedule::Duet {
+            "windows"
+        } else {
+            "blocks"
+        },
         r.threshold * 100.0
     );
     out += &format!(

@@ -14,8 +14,10 @@ use crate::bench::build::BuildFailure;
 use crate::bench::meter::MeterPlan;
 use crate::bench::schedule::{Samples, Tampered};
 use crate::bench::trial::{self, TrialSettings};
+use crate::config::Schedule;
 use crate::referee::compare::Comparison;
 use crate::referee::keep::{self, Step};
+use crate::referee::stats;
 use crate::referee::verdict::AttemptVerdict;
 
 /// Arms in every judging measurement; the champion is the baseline.
@@ -31,12 +33,22 @@ pub struct Rules {
     pub smoke_window: Duration,
 }
 
-/// Which measurement of a judgement is running, for progress displays.
+/// The coverage of each look's interval. The keep rule looks at most twice
+/// (the measurement, then its extension), so each look spends half of a 5%
+/// error rate: a candidate no better than its champion is kept at one of the
+/// two looks with probability under 2.5% by the interval alone (and the
+/// threshold on the median makes that far rarer).
+pub const DECISION_LEVEL: f64 = 0.975;
+
+/// Which measurement of a judgement is running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     Measuring,
     /// More samples, because the first ones did not decide.
     Extending,
+    /// A keep measured in a duet, measured again with each server alone on
+    /// the core (the blocks schedule): champion and candidate only.
+    Confirming,
 }
 
 impl Phase {
@@ -44,6 +56,31 @@ impl Phase {
         match self {
             Phase::Measuring => "measuring",
             Phase::Extending => "extending",
+            Phase::Confirming => "confirming alone",
+        }
+    }
+}
+
+/// The settings and the number of samples of a phase's measurement: the
+/// configured schedule and `samples` to measure or extend; for a
+/// confirmation, each server alone (blocks) in windows as long as the duet's,
+/// the fewest blocks that give an interval.
+pub fn phase_settings(
+    phase: Phase,
+    settings: &TrialSettings,
+    samples: usize,
+) -> (TrialSettings, usize) {
+    match phase {
+        Phase::Measuring | Phase::Extending => (
+            settings.clone(),
+            samples.max(stats::min_samples(DECISION_LEVEL)),
+        ),
+        Phase::Confirming => {
+            let mut alone = settings.clone();
+            alone.schedule = Schedule::Blocks;
+            alone.window = settings.duet.window;
+            alone.warmup = settings.warmup.min(Duration::from_millis(500));
+            (alone, stats::MIN_SAMPLES)
         }
     }
 }
@@ -54,8 +91,9 @@ pub trait Stages {
     /// Builds the candidate; a [`BuildFailure`] is a verdict, any other error
     /// ends the command.
     fn build(&mut self) -> Result<Arm>;
-    /// Measures more samples of `arms` into `samples`. A [`Tampered`] error
-    /// ends the attempt with a `scope` verdict.
+    /// Measures more samples of `arms` into `samples`: under the configured
+    /// schedule, or under the blocks schedule for [`Phase::Confirming`]. A
+    /// [`Tampered`] error ends the attempt with a `scope` verdict.
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()>;
 }
 
@@ -69,6 +107,8 @@ pub struct Evidence {
     /// Median cost per connection of the candidate and the control, in the meter's unit.
     pub candidate_cost: f64,
     pub control_cost: f64,
+    /// A duet keep measured again alone: candidate against champion.
+    pub confirmation: Option<(Comparison, Samples)>,
 }
 
 /// How a candidate was judged, with what it took.
@@ -122,6 +162,50 @@ pub fn judge(
     plan: &MeterPlan,
     settings: &TrialSettings,
 ) -> Result<Judgement> {
+    let mut j = measure_and_decide(stages, champion, control, rules, plan, settings)?;
+    let keep = j.verdict.is_keep() && settings.schedule == Schedule::Duet;
+    let (Some(candidate), Some(e), true) = (j.candidate.clone(), j.evidence.as_mut(), keep) else {
+        return Ok(j);
+    };
+    let t = Instant::now();
+    let mut alone = Samples::new(2);
+    let arms = [champion.clone(), candidate];
+    if let Err(e) = stages.measure(&arms, &mut alone, Phase::Confirming) {
+        return tampered(j, e, t);
+    }
+    let c = alone.compare(1, 0, rules.threshold);
+    let duet = e.vs_champion.ratio_median.unwrap_or(1.0);
+    if let Some(reason) = keep::unconfirmed(duet, &c) {
+        j.verdict = AttemptVerdict::Discard;
+        j.detail = Some(reason);
+    }
+    e.confirmation = Some((c, alone));
+    j.measure_s += t.elapsed().as_secs_f64();
+    Ok(j)
+}
+
+/// Ends a judgement whose measurement found a built binary modified; any
+/// other error ends the command.
+fn tampered(mut j: Judgement, e: anyhow::Error, t: Instant) -> Result<Judgement> {
+    let Some(tampered) = e.downcast_ref::<Tampered>() else {
+        return Err(e);
+    };
+    j.verdict = AttemptVerdict::Scope;
+    j.detail = Some(tampered.to_string());
+    j.tampered = true;
+    j.measure_s += t.elapsed().as_secs_f64();
+    Ok(j)
+}
+
+/// build -> no-op -> smoke -> measure -> keep rule.
+fn measure_and_decide(
+    stages: &mut dyn Stages,
+    champion: &Arm,
+    control: &Arm,
+    rules: &Rules,
+    plan: &MeterPlan,
+    settings: &TrialSettings,
+) -> Result<Judgement> {
     let t = Instant::now();
     let built = stages.build();
     let build_s = t.elapsed().as_secs_f64();
@@ -160,16 +244,9 @@ pub fn judge(
     let mut phase = Phase::Measuring;
     let step = loop {
         if let Err(e) = stages.measure(&arms, &mut samples, phase) {
-            let Some(tampered) = e.downcast_ref::<Tampered>() else {
-                return Err(e);
-            };
-            j.verdict = AttemptVerdict::Scope;
-            j.detail = Some(tampered.to_string());
-            j.tampered = true;
-            j.measure_s = t.elapsed().as_secs_f64();
-            return Ok(j);
+            return tampered(j, e, t);
         }
-        let c = samples.compare(CANDIDATE, CHAMPION, rules.threshold);
+        let c = samples.compare_at(CANDIDATE, CHAMPION, rules.threshold, DECISION_LEVEL);
         match keep::decide(&c, rules.threshold, rules.suspicious_gain, j.extended) {
             Step::Extend => {
                 j.extended = true;
@@ -190,6 +267,7 @@ pub fn judge(
         champion_vs_control: samples.compare(CHAMPION, CONTROL, rules.threshold),
         candidate_cost: cost(CANDIDATE, "candidate"),
         control_cost: cost(CONTROL, "control"),
+        confirmation: None,
         vs_champion,
         samples,
     });

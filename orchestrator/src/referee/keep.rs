@@ -38,6 +38,28 @@ pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bo
     Step::Decided(AttemptVerdict::Discard)
 }
 
+/// Why a keep measured in a duet does not stand once the candidate is
+/// measured alone, if it does not: when the candidate alone is credibly
+/// costlier than it measured beside its neighbours (the lower end of the
+/// alone interval above the duet's median), it gained from sharing the core
+/// (burdening its neighbours, or behaving differently when it has some), not
+/// from its own code. A true gain passes unless the alone interval misses
+/// it, which its coverage bounds.
+pub fn unconfirmed(duet_median: f64, alone: &Comparison) -> Option<String> {
+    let [lo, hi] = match (alone.verdict, alone.ratio_ci95) {
+        (Verdict::Invalid, _) | (_, None) => {
+            return Some("the candidate failed the gate when measured alone".into())
+        }
+        (_, Some(ci)) => ci,
+    };
+    (lo > duet_median).then(|| {
+        format!(
+            "kept at {duet_median:.3} beside its neighbours, but alone on the core it costs {:.3} [{lo:.3}, {hi:.3}] of the champion: the gain came from sharing the core",
+            alone.ratio_median.unwrap_or(f64::NAN)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +106,17 @@ mod tests {
             decide(&c, 0.03, 2.0, true),
             Step::Decided(AttemptVerdict::Keep)
         );
+    }
+
+    #[test]
+    fn a_keep_stands_when_alone_agrees_and_falls_when_alone_is_costlier() {
+        assert_eq!(unconfirmed(0.96, &cmp(0.97, 0.90, 1.03)), None);
+        assert_eq!(unconfirmed(0.96, &cmp(0.90, 0.85, 0.95)), None);
+        let why = unconfirmed(0.80, &cmp(1.00, 0.95, 1.06)).unwrap();
+        assert!(why.contains("sharing the core"), "{why}");
+        let mut invalid = cmp(0.9, 0.8, 0.95);
+        invalid.verdict = Verdict::Invalid;
+        assert!(unconfirmed(0.9, &invalid).unwrap().contains("gate"));
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub fn measure(
     label: &str,
 ) -> Result<()> {
     let bar = bar(blocks * arms.len());
-    let result = samples.run_blocks(arms, blocks, seed, &session.plan, settings, &mut |s| {
+    let result = samples.measure(arms, blocks, seed, &session.plan, settings, &mut |s| {
         bar.set_position(s.done as u64);
         let ratio = ratio_so_far(s.so_far)
             .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));

@@ -403,11 +403,12 @@ impl Stages for ReplayStages<'_, '_> {
 
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
         let r = self.replayer;
+        let (settings, n) = judge::phase_settings(phase, self.settings, r.blocks());
         progress::measure(
             r.session,
-            self.settings,
+            &settings,
             arms,
-            r.blocks(),
+            n,
             r.seed + self.n as u64,
             samples,
             &format!("#{} {}: ", self.n, phase.name()),

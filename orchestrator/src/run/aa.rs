@@ -1,7 +1,8 @@
 //! The A/A check before a run's first attempt: the champion against a twin
-//! of itself, beside the control. It measures the spread this machine gives,
-//! sizes every later measurement from it, and refuses to run a lottery when
-//! the threshold cannot be resolved within `run.max_blocks`.
+//! of itself, beside the control, under the run's schedule. It measures the
+//! spread this machine gives, sizes every later measurement from an upper
+//! confidence bound on it, and refuses to run a lottery when the threshold
+//! cannot be resolved within `run.max_blocks`.
 
 use anyhow::Result;
 
@@ -9,13 +10,27 @@ use super::{say, Loop};
 use crate::bench::arm::Arm;
 use crate::bench::schedule::Samples;
 use crate::record::journal::AaCheck;
-use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL};
+use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL, DECISION_LEVEL};
+use crate::referee::stats;
 
-/// Blocks needed so the 95% interval of the median block ratio is about as
-/// narrow as the threshold, given the A/A coefficient of variation.
-pub fn blocks_needed(cv: f64, threshold: f64) -> usize {
-    let half_width_per_block = 1.96 * 1.2533 * cv;
-    ((half_width_per_block / threshold).powi(2)).ceil().max(1.0) as usize
+/// The power every measurement is sized for, against a true gain of exactly
+/// the threshold.
+pub const POWER: f64 = 0.8;
+
+/// How sure the spread's upper bound is: sizing from the bound, not from
+/// the estimate, keeps a lucky A/A from under-sizing the whole run.
+pub const SPREAD_CONFIDENCE: f64 = 0.95;
+
+/// Samples needed for [`POWER`] against a gain of `threshold`, from the A/A
+/// ratios: the spread is that of their logarithms (ratios multiply), bounded
+/// above at [`SPREAD_CONFIDENCE`].
+pub fn samples_needed(ratios: &[f64], threshold: f64) -> (f64, usize) {
+    let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
+    let bound = stats::std_dev_upper_bound(&logs, SPREAD_CONFIDENCE);
+    (
+        bound,
+        stats::samples_needed(bound, threshold, DECISION_LEVEL, POWER),
+    )
 }
 
 impl Loop<'_> {
@@ -29,17 +44,33 @@ impl Loop<'_> {
             ..self.champion_arm.clone()
         };
         let arms = [self.champion_arm.clone(), twin, self.control.clone()];
-        self.measure(&arms, blocks, &mut samples, "A/A check of the champion")?;
-        let aa = samples.compare(CANDIDATE, CHAMPION, threshold);
-        if !samples.gate(CHAMPION).passed || !samples.gate(CONTROL).passed {
+        let settings = self.settings();
+        self.measure(
+            &arms,
+            blocks,
+            &mut samples,
+            "A/A check of the champion",
+            &settings,
+        )?;
+        let failing: Vec<String> = [
+            (CHAMPION, "champion"),
+            (CANDIDATE, "its twin"),
+            (CONTROL, "control"),
+        ]
+        .iter()
+        .filter(|(i, _)| !samples.gate(*i).passed)
+        .map(|(i, name)| format!("{name}: {:?}", samples.gate(*i).detail))
+        .collect();
+        if !failing.is_empty() {
             return Ok(Some(format!(
-                "the starting champion or the control fails the gate: {:?} / {:?}",
-                samples.gate(CHAMPION).detail,
-                samples.gate(CONTROL).detail
+                "the starting champion, its twin or the control fails the gate: {}",
+                failing.join("; ")
             )));
         }
+        let aa = samples.compare(CANDIDATE, CHAMPION, threshold);
         let cv = aa.ratio_cv.unwrap_or(0.0);
-        let needed = blocks_needed(cv, threshold).max(blocks);
+        let (bound, sized) = samples_needed(&aa.block_ratios, threshold);
+        let needed = sized.max(blocks);
         let champ = samples.arm_summary(CHAMPION, "champion");
         let control = samples.arm_summary(CONTROL, "control");
         self.run.aa = Some(AaCheck {
@@ -47,31 +78,53 @@ impl Loop<'_> {
             cv,
             ci95: aa.ratio_ci95.unwrap_or([1.0, 1.0]),
             blocks_needed: needed,
+            spread_upper_bound: Some(bound),
         });
         self.run.baseline_cost = Some(champ.cost_per_connection.median);
         self.run.control_start_cost = Some(control.cost_per_connection.median);
         self.champion.cost_per_connection = Some(champ.cost_per_connection.median);
         self.champion.vs_control = samples.compare(CHAMPION, CONTROL, threshold).ratio_median;
         let max_blocks = self.config().run.max_blocks;
+        let schedule = settings.schedule.name();
         let message = format!(
-            "A/A check: spread (cv of block ratios) {:.1}%; resolving a {:.1}% change needs about {needed} blocks",
+            "A/A check ({schedule}, {} samples): spread (cv of sample ratios) {:.1}%, at most {:.1}% with {:.0}% confidence; \
+             {:.0}% power against a {:.1}% gain needs {needed} samples per measurement",
+            aa.block_ratios.len(),
             cv * 100.0,
+            bound * 100.0,
+            SPREAD_CONFIDENCE * 100.0,
+            POWER * 100.0,
             threshold * 100.0
         );
         say(&self.bar, &message);
         if needed > max_blocks {
             return Ok(Some(format!(
                 "{message}, more than run.max_blocks = {max_blocks}. This machine cannot resolve the threshold: \
-                 raise run.max_blocks, lengthen trial.window_ms, or raise compare.threshold. Not running a lottery."
+                 raise run.max_blocks, lengthen the windows, or raise compare.threshold. Not running a lottery."
             )));
         }
         if needed > blocks {
             say(
                 &self.bar,
-                format!("raising blocks per measurement from {blocks} to {needed}"),
+                format!("raising samples per measurement from {blocks} to {needed}"),
             );
         }
         self.run.blocks = needed;
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wider_spread_needs_more_samples() {
+        let tight = [0.99, 1.01, 1.0, 0.995, 1.005, 1.0, 0.99, 1.01, 1.0, 1.0];
+        let loose: Vec<f64> = tight.iter().map(|r| 1.0 + (r - 1.0) * 4.0).collect();
+        let (b1, n1) = samples_needed(&tight, 0.03);
+        let (b2, n2) = samples_needed(&loose, 0.03);
+        assert!(b2 > b1 && n2 > n1, "{n1} {n2}");
+        assert_eq!(n1, stats::min_samples(DECISION_LEVEL));
     }
 }

@@ -40,7 +40,8 @@ impl Stages for LoopStages<'_, '_> {
 
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
         let label = format!("#{} {}", self.n, phase.name());
-        self.lp.measure(arms, self.lp.run.blocks, samples, &label)
+        let (settings, n) = judge::phase_settings(phase, &self.lp.settings(), self.lp.run.blocks);
+        self.lp.measure(arms, n, samples, &label, &settings)
     }
 }
 
@@ -151,6 +152,7 @@ impl Loop<'_> {
         record.vs_control = Some(e.vs_control.clone());
         record.champion_vs_control = Some(e.champion_vs_control.clone());
         record.samples = Some(e.samples.clone());
+        record.confirmation = e.confirmation.as_ref().map(|(c, _)| c.clone());
     }
 
     /// One iteration. Returns false when the agent has nothing left.
@@ -179,6 +181,7 @@ impl Loop<'_> {
             vs_champion: None,
             vs_control: None,
             champion_vs_control: None,
+            confirmation: None,
             extended: false,
             control_drift: None,
             durations: Durations::default(),

@@ -36,6 +36,7 @@ use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord};
 use crate::record::knowledge::{self, KnowledgeBase};
 use crate::referee::compare::ratio_so_far;
 use crate::referee::format::fmt_ratio;
+use crate::referee::verdict::AttemptVerdict;
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -48,7 +49,37 @@ pub struct Ending {
     /// stopped | converged | interrupted | failed
     pub status: String,
     pub reason: String,
+    /// The A/A check refused to run: the threshold cannot be resolved.
+    pub refused: bool,
 }
+
+/// A run that ended without deciding anything: an error for the exit code
+/// (a script must not mistake it for a run), after the record is written.
+#[derive(Debug)]
+pub struct Undecided {
+    /// [`EXIT_REFUSED`] or [`EXIT_UNDECIDED`].
+    pub code: i32,
+    pub reason: String,
+}
+
+/// Exit code of a run the A/A check refused.
+pub const EXIT_REFUSED: i32 = 3;
+/// Exit code of a run that stopped before the referee decided any attempt
+/// (kept or discarded one).
+pub const EXIT_UNDECIDED: i32 = 4;
+
+impl std::fmt::Display for Undecided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.code == EXIT_REFUSED {
+            "the run refused to start"
+        } else {
+            "the run stopped before deciding any attempt"
+        };
+        write!(f, "{what}: {}", self.reason)
+    }
+}
+
+impl std::error::Error for Undecided {}
 
 fn new_run_id() -> String {
     now_utc()
@@ -136,27 +167,20 @@ impl Loop<'_> {
         blocks: usize,
         samples: &mut Samples,
         label: &str,
+        settings: &TrialSettings,
     ) -> Result<()> {
-        let settings = self.settings();
         let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
         let standing = self.standing();
-        samples.run_blocks(
-            arms,
-            blocks,
-            seed,
-            &self.session.plan,
-            &settings,
-            &mut |s| {
-                bar.set_message(format!(
-                    "{label}: block {}/{} {} | candidate/champion so far {} | {standing}",
-                    s.block,
-                    s.blocks,
-                    s.arm,
-                    fmt_ratio(ratio_so_far(s.so_far))
-                ));
-            },
-        )
+        samples.measure(arms, blocks, seed, &self.session.plan, settings, &mut |s| {
+            bar.set_message(format!(
+                "{label}: block {}/{} {} | candidate/champion so far {} | {standing}",
+                s.block,
+                s.blocks,
+                s.arm,
+                fmt_ratio(ratio_so_far(s.so_far))
+            ));
+        })
     }
 
     fn refresh_profile(&mut self) {
@@ -190,6 +214,7 @@ impl Loop<'_> {
                 return Ok(Ending {
                     status: "stopped".into(),
                     reason: refusal,
+                    refused: true,
                 });
             }
             self.journal.write_run(&self.run)?;
@@ -204,6 +229,7 @@ impl Loop<'_> {
                 return Ok(Ending {
                     status: "stopped".into(),
                     reason,
+                    refused: false,
                 });
             }
             interrupt::check()?;
@@ -214,6 +240,7 @@ impl Loop<'_> {
                     return Ok(Ending {
                         status: "converged".into(),
                         reason: "the agent has nothing left to propose".into(),
+                        refused: false,
                     })
                 }
                 Err(e) => {
@@ -246,9 +273,9 @@ fn bar() -> ProgressBar {
     bar
 }
 
-/// Runs the loop, new or resumed. Returns how it ended; an error is a
-/// failure of ratchet itself (or an interrupt), recorded in `run.json` first.
-pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<Ending> {
+/// Runs the loop, new or resumed. An error is a failure of ratchet itself,
+/// an interrupt, or an [`Undecided`] run, each recorded in `run.json` first.
+pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()> {
     let agent_name = options
         .agent
         .clone()
@@ -380,5 +407,22 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<En
         println!("resume with: ratchet run --resume {}", lp.run.run_id);
     }
     written?;
-    outcome
+    let ending = outcome?;
+    let decided = lp
+        .attempts
+        .iter()
+        .any(|a| matches!(a.verdict, AttemptVerdict::Keep | AttemptVerdict::Discard));
+    match (ending.refused, decided) {
+        (true, _) => Err(Undecided {
+            code: EXIT_REFUSED,
+            reason: ending.reason,
+        }
+        .into()),
+        (false, false) => Err(Undecided {
+            code: EXIT_UNDECIDED,
+            reason: ending.reason,
+        }
+        .into()),
+        (false, true) => Ok(()),
+    }
 }

@@ -1,0 +1,376 @@
+//! The duet schedule: every arm of a measurement is a live server on the SUT
+//! core, each on its own port, for the whole of an epoch. The load generator
+//! moves its whole load between them in short slices (a few tens of ms, well
+//! under the ~250 ms period of a VM's speed drift), in an order reversed every
+//! round (A B C C B A ...), so every arm sees the same machine. Each window
+//! reads every arm's counters and the generator's per-arm counts at the same
+//! instants, and gives one sample per arm.
+//!
+//! One arm is loaded at a time, so each server runs as it would alone on its
+//! core (with the whole load, its own receive work in its own slices), while
+//! the drift of the machine lands on every arm alike. Servers are started
+//! afresh every epoch, in a rotated order, so a process's luck at start-up is
+//! spread over windows instead of fixed for the whole measurement.
+
+use anyhow::Result;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use std::time::{Duration, Instant};
+
+use crate::bench::arm::Arm;
+use crate::bench::contract::Failure;
+use crate::bench::gate::{self, GateEvidence};
+use crate::bench::launch::{free_port, RunningServer};
+use crate::bench::loadgen::{LoadGen, LoadSnapshot, EVERY_TARGET};
+use crate::bench::meter::{MeterPlan, MeterReading};
+use crate::bench::schedule::{verify, Samples, Step};
+use crate::bench::trial::{failed_start, own_cpu, Latency, Measurement, TrialSettings};
+use crate::interrupt;
+
+/// The order of the live arms in window `w` of an epoch: a seeded shuffle,
+/// so no arm always follows the same neighbour.
+fn window_order(live: &[usize], seed: u64, epoch: usize, w: usize) -> Vec<usize> {
+    let mut rng = StdRng::seed_from_u64(
+        seed ^ (epoch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64).rotate_left(32),
+    );
+    let mut order = live.to_vec();
+    order.shuffle(&mut rng);
+    order
+}
+
+/// The arm that holds the load in slice `k` of a window: the order forwards
+/// in even rounds and backwards in odd ones, so a linear trend within a
+/// round pair lands on every arm alike.
+pub fn slice_arm(order: &[usize], k: usize) -> usize {
+    let n = order.len();
+    let (round, pos) = (k / n, k % n);
+    if round % 2 == 0 {
+        order[pos]
+    } else {
+        order[n - 1 - pos]
+    }
+}
+
+/// One arm's server during an epoch.
+struct Live {
+    server: Option<RunningServer>,
+    start_error: Option<String>,
+    alive: bool,
+}
+
+impl Live {
+    fn read(&mut self) -> Result<Option<MeterReading>> {
+        match &mut self.server {
+            Some(s) => Ok(Some(s.counters.read()?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Runs `windows` more windows of `arms` into `samples`, in epochs of
+/// `settings.duet.windows_per_epoch`.
+pub fn run_windows(
+    samples: &mut Samples,
+    arms: &[Arm],
+    windows: usize,
+    seed: u64,
+    plan: &MeterPlan,
+    s: &TrialSettings,
+    on_step: &mut dyn FnMut(Step<'_>),
+) -> Result<()> {
+    let first = samples.blocks();
+    let total = first + windows;
+    let per_epoch = s.duet.windows_per_epoch.max(1);
+    let mut w = first;
+    while w < total {
+        let n = per_epoch.min(total - w);
+        for arm in arms {
+            verify(arm)?;
+        }
+        let epoch = w / per_epoch;
+        let (trials, orders) = run_epoch(arms, n, seed, epoch, plan, s, &mut |k| {
+            on_step(Step {
+                block: w + k + 1,
+                blocks: total,
+                arm: "all arms",
+                done: (w - first + k) * arms.len(),
+                so_far: samples,
+            })
+        })?;
+        for (i, t) in trials.into_iter().enumerate() {
+            samples.trials[i].extend(t);
+        }
+        samples.orders.extend(orders);
+        w += n;
+    }
+    Ok(())
+}
+
+/// Starts every arm (in an order rotated by epoch), warms them all up, and
+/// measures `windows` windows. Returns `trials[arm][window]` and each
+/// window's arm order.
+#[allow(clippy::type_complexity)]
+fn run_epoch(
+    arms: &[Arm],
+    windows: usize,
+    seed: u64,
+    epoch: usize,
+    plan: &MeterPlan,
+    s: &TrialSettings,
+    on_window: &mut dyn FnMut(usize),
+) -> Result<(Vec<Vec<Measurement>>, Vec<Vec<usize>>)> {
+    let n = arms.len();
+    let mut lives: Vec<Live> = (0..n)
+        .map(|_| Live {
+            server: None,
+            start_error: None,
+            alive: true,
+        })
+        .collect();
+    let mut ports = vec![0u16; n];
+    for k in 0..n {
+        let i = (k + epoch) % n;
+        ports[i] = free_port()?;
+        match RunningServer::start(&arms[i].command, ports[i], plan) {
+            Ok(r) => lives[i].server = Some(r),
+            Err(e) => lives[i].start_error = Some(format!("{e:#}")),
+        }
+    }
+    for live in lives.iter_mut() {
+        if let Some(server) = &mut live.server {
+            if let Err(e) = server.wait_listening(s.ready_timeout) {
+                live.start_error = Some(format!("{e:#}"));
+                server.stop(s.stop_grace);
+                live.server = None;
+            }
+        }
+    }
+    let live: Vec<usize> = (0..n).filter(|&i| lives[i].server.is_some()).collect();
+    let failed = |i: usize, lives: &[Live]| {
+        failed_start(
+            lives[i]
+                .start_error
+                .clone()
+                .unwrap_or_else(|| "the server did not start".into()),
+            &s.gate,
+        )
+    };
+    if live.is_empty() {
+        let trials = (0..n)
+            .map(|i| (0..windows).map(|_| failed(i, &lives)).collect())
+            .collect();
+        return Ok((trials, vec![vec![]; windows]));
+    }
+
+    let load = LoadGen::start(s.load_spec(&ports))?;
+    let slice = s.duet.slice;
+    // Warm-up: every live arm takes the load in turn, nothing is scored.
+    let warm_order = window_order(&live, seed, epoch, usize::MAX);
+    drive(
+        s.duet.shared,
+        &load,
+        &warm_order,
+        slice,
+        s.warmup,
+        &mut lives,
+    )?;
+    load.set_measuring(true);
+
+    let mut trials: Vec<Vec<Measurement>> = vec![Vec::with_capacity(windows); n];
+    let mut evidence: Vec<GateEvidence> = vec![GateEvidence::default(); n];
+    let mut orders = Vec::with_capacity(windows);
+    let mut m0: Vec<Option<MeterReading>> =
+        lives.iter_mut().map(Live::read).collect::<Result<_>>()?;
+    // Window 0's gate counts from the epoch's start: warm-up failures count.
+    let mut gate_from: Vec<LoadSnapshot> = vec![LoadSnapshot::default(); n];
+    let mut l0: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
+    let mut cpu0 = own_cpu();
+    for w in 0..windows {
+        on_window(w);
+        let order = window_order(&live, seed, epoch, w);
+        let t0 = Instant::now();
+        drive(
+            s.duet.shared,
+            &load,
+            &order,
+            slice,
+            s.duet.window,
+            &mut lives,
+        )?;
+        let elapsed = t0.elapsed();
+        let cpu1 = own_cpu();
+        let m1: Vec<Option<MeterReading>> =
+            lives.iter_mut().map(Live::read).collect::<Result<_>>()?;
+        let l1: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
+        if w + 1 == windows {
+            load.set_measuring(false);
+        }
+        let window = Window {
+            elapsed,
+            generator_cpu_s: (cpu1 - cpu0).as_secs_f64(),
+            live_arms: live.len(),
+        };
+        for i in 0..n {
+            let (Some(a), Some(b)) = (&m0[i], &m1[i]) else {
+                trials[i].push(failed(i, &lives));
+                continue;
+            };
+            let meter = b.delta(a);
+            let spanned = l1[i].delta(&gate_from[i]);
+            evidence[i] = GateEvidence {
+                attempts: spanned.attempts,
+                completed: spanned.completed,
+                failures: spanned.failures,
+                window_completed: l1[i].completed - l0[i].completed,
+                alive: lives[i].alive,
+                off_core_ns: meter.off_core_ns,
+                start_error: None,
+            };
+            trials[i].push(window.measurement(meter, &evidence[i], s));
+        }
+        orders.push(order);
+        m0 = m1;
+        gate_from = l1.clone();
+        l0 = l1;
+        cpu0 = cpu1;
+    }
+    // The drain: every connection started is judged, and counts against the
+    // last window's gate of its arm. Latency is per epoch.
+    let totals = load.finish();
+    for i in 0..n {
+        let Some(server) = lives[i].server.as_mut() else {
+            continue;
+        };
+        lives[i].alive &= server.alive();
+        let t = &totals[i];
+        let drained = t.snapshot.delta(&gate_from[i]);
+        let e = &mut evidence[i];
+        e.attempts += drained.attempts;
+        e.completed += drained.completed;
+        for (f, d) in e.failures.iter_mut().zip(drained.failures) {
+            *f += d;
+        }
+        e.failures[Failure::Timeout.index()] += t.stuck_clients as u64;
+        e.alive = lives[i].alive;
+        let last = trials[i].last_mut().expect("at least one window");
+        last.gate = gate::judge(e, &s.gate);
+        if !last.gate.passed {
+            last.cost_per_connection = None;
+        }
+        let latency = Latency::of(&t.latency_us);
+        for m in trials[i].iter_mut() {
+            m.latency_us = latency;
+        }
+    }
+    for live in lives.iter_mut() {
+        if let Some(server) = &mut live.server {
+            server.stop(s.stop_grace);
+        }
+    }
+    Ok((trials, orders))
+}
+
+/// What every arm's measurement of one window shares.
+struct Window {
+    elapsed: Duration,
+    generator_cpu_s: f64,
+    live_arms: usize,
+}
+
+impl Window {
+    fn measurement(&self, meter: MeterReading, e: &GateEvidence, s: &TrialSettings) -> Measurement {
+        let gate = gate::judge(e, &s.gate);
+        let done = e.window_completed;
+        let per_conn = |x: u64| (done > 0).then(|| x as f64 / done as f64);
+        let window_s = self.elapsed.as_secs_f64();
+        // Each arm held the load for its share of the window (its share of
+        // the clients, when all are loaded at once).
+        let active_s = window_s / self.live_arms.max(1) as f64;
+        let load_cores = s.load_cores.len().max(1) as f64;
+        Measurement {
+            cost_per_connection: if gate.passed {
+                per_conn(meter.primary)
+            } else {
+                None
+            },
+            gate,
+            window_completed: done,
+            window_s,
+            throughput_cps: done as f64 / active_s,
+            latency_us: Latency::default(),
+            syscalls_per_connection: meter.syscalls.and_then(per_conn),
+            context_switches_per_connection: per_conn(meter.context_switches),
+            sut_busy: meter.task_clock_ns as f64 / (active_s * 1e9),
+            generator_busy: self.generator_cpu_s / window_s / load_cores,
+            meter_delta: meter,
+            slice_costs: vec![],
+        }
+    }
+}
+
+/// Moves the load between the arms of `order` in slices of `slice` for
+/// `length`, watching every live server; an interrupt ends the epoch (the
+/// servers are killed on drop).
+fn drive(
+    shared: bool,
+    load: &LoadGen,
+    order: &[usize],
+    slice: Duration,
+    length: Duration,
+    lives: &mut [Live],
+) -> Result<()> {
+    let t0 = Instant::now();
+    let mut k = 0;
+    while t0.elapsed() < length {
+        interrupt::check()?;
+        load.set_active(if shared {
+            EVERY_TARGET
+        } else {
+            slice_arm(order, k)
+        });
+        let until = (slice * (k as u32 + 1)).min(length);
+        std::thread::sleep(until.saturating_sub(t0.elapsed()));
+        for live in lives.iter_mut() {
+            if let Some(server) = &mut live.server {
+                live.alive &= server.alive();
+            }
+        }
+        k += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_alternate_forwards_and_backwards() {
+        let order = [2, 0, 1];
+        let seq: Vec<usize> = (0..9).map(|k| slice_arm(&order, k)).collect();
+        assert_eq!(seq, vec![2, 0, 1, 1, 0, 2, 2, 0, 1]);
+    }
+
+    #[test]
+    fn over_a_round_pair_every_arm_holds_each_position_equally() {
+        // Position sums over forwards + backwards rounds are equal: a linear
+        // drift inside a round pair weighs every arm alike.
+        let order = [0, 1, 2, 3];
+        let mut weight = [0usize; 4];
+        for k in 0..8 {
+            weight[slice_arm(&order, k)] += k % 4;
+        }
+        assert!(weight.iter().all(|&w| w == weight[0]), "{weight:?}");
+    }
+
+    #[test]
+    fn window_orders_are_seeded_permutations_of_the_live_arms() {
+        let live = [0, 2, 3];
+        let o = window_order(&live, 7, 1, 4);
+        let mut sorted = o.clone();
+        sorted.sort();
+        assert_eq!(sorted, live.to_vec());
+        assert_eq!(o, window_order(&live, 7, 1, 4));
+    }
+}
