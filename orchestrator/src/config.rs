@@ -215,7 +215,7 @@ impl Default for CompareConfig {
     fn default() -> Self {
         Self {
             schedule: Schedule::Duet,
-            blocks: 10,
+            blocks: 12,
             threshold: 0.03,
         }
     }
@@ -267,8 +267,8 @@ impl Default for DuetConfig {
     fn default() -> Self {
         Self {
             window_ms: 1000,
-            slice_ms: 25,
-            windows_per_epoch: 5,
+            slice_ms: 2,
+            windows_per_epoch: 6,
             load: DuetLoad::Slices,
         }
     }
@@ -497,7 +497,7 @@ mod tests {
         assert_eq!(c.gate.max_failure_rate, 0.0001);
         assert_eq!(c.trial.warmup_ms, 1000);
         assert_eq!(c.trial.window_ms, 3000);
-        assert_eq!(c.compare.blocks, 10);
+        assert_eq!(c.compare.blocks, 12);
         assert_eq!(c.compare.schedule, Schedule::Duet);
         assert!(c.contract.response.ends_with("\r\n\r\nok"));
     }

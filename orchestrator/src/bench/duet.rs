@@ -6,6 +6,11 @@
 //! reads every arm's counters and the generator's per-arm counts at the same
 //! instants, and gives one sample per arm.
 //!
+//! At each window boundary the generator lets every connection under way
+//! finish before the counters are read, so no connection's work straddles two
+//! windows (with a third of a 1 s window per arm, the 512 connections in
+//! flight at an unquiesced boundary are a tenth of an arm's sample).
+//!
 //! One arm is loaded at a time, so each server runs as it would alone on its
 //! core (with the whole load, its own receive work in its own slices), while
 //! the drift of the machine lands on every arm alike. Servers are started
@@ -28,28 +33,25 @@ use crate::bench::schedule::{verify, Samples, Step};
 use crate::bench::trial::{failed_start, own_cpu, Latency, Measurement, TrialSettings};
 use crate::interrupt;
 
-/// The order of the live arms in window `w` of an epoch: a seeded shuffle,
-/// so no arm always follows the same neighbour.
-fn window_order(live: &[usize], seed: u64, epoch: usize, w: usize) -> Vec<usize> {
+/// The arm holding the load in each of `slices` slices of window `w`. Rounds
+/// come in pairs: a seeded permutation of the live arms, then the same
+/// backwards (A B C C B A), so a linear drift within a pair weighs every arm
+/// alike; every pair draws a new permutation, so no arm always follows the
+/// same neighbour (a neighbour's cache footprint then lands on every arm
+/// alike, not on whichever arm a fixed order put after it).
+pub fn slice_sequence(live: &[usize], seed: u64, epoch: usize, w: usize, slices: usize) -> Vec<usize> {
     let mut rng = StdRng::seed_from_u64(
         seed ^ (epoch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64).rotate_left(32),
     );
-    let mut order = live.to_vec();
-    order.shuffle(&mut rng);
-    order
-}
-
-/// The arm that holds the load in slice `k` of a window: the order forwards
-/// in even rounds and backwards in odd ones, so a linear trend within a
-/// round pair lands on every arm alike.
-pub fn slice_arm(order: &[usize], k: usize) -> usize {
-    let n = order.len();
-    let (round, pos) = (k / n, k % n);
-    if round % 2 == 0 {
-        order[pos]
-    } else {
-        order[n - 1 - pos]
+    let mut out = Vec::with_capacity(slices + 2 * live.len());
+    while out.len() < slices {
+        let mut p = live.to_vec();
+        p.shuffle(&mut rng);
+        out.extend(p.iter().copied());
+        out.extend(p.iter().rev().copied());
     }
+    out.truncate(slices);
+    out
 }
 
 /// One arm's server during an epoch.
@@ -166,7 +168,10 @@ fn run_epoch(
     let load = LoadGen::start(s.load_spec(&ports))?;
     let slice = s.duet.slice;
     // Warm-up: every live arm takes the load in turn, nothing is scored.
-    let warm_order = window_order(&live, seed, epoch, usize::MAX);
+    let slices_in = |length: Duration| {
+        (length.as_nanos() / slice.as_nanos().max(1)).max(1) as usize
+    };
+    let warm_order = slice_sequence(&live, seed, epoch, usize::MAX, slices_in(s.warmup));
     drive(
         s.duet.shared,
         &load,
@@ -175,6 +180,8 @@ fn run_epoch(
         s.warmup,
         &mut lives,
     )?;
+    let quiet = s.connection_timeout + Duration::from_secs(1);
+    load.quiesce(quiet);
     load.set_measuring(true);
 
     let mut trials: Vec<Vec<Measurement>> = vec![Vec::with_capacity(windows); n];
@@ -187,8 +194,9 @@ fn run_epoch(
     let mut l0: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
     let mut cpu0 = own_cpu();
     for w in 0..windows {
+        load.resume();
         on_window(w);
-        let order = window_order(&live, seed, epoch, w);
+        let order = slice_sequence(&live, seed, epoch, w, slices_in(s.duet.window));
         let t0 = Instant::now();
         drive(
             s.duet.shared,
@@ -198,6 +206,9 @@ fn run_epoch(
             s.duet.window,
             &mut lives,
         )?;
+        // Nothing straddles the boundary: every connection of the window
+        // finishes in it, and the drain's idle time is part of the window.
+        load.quiesce(quiet);
         let elapsed = t0.elapsed();
         let cpu1 = own_cpu();
         let m1: Vec<Option<MeterReading>> =
@@ -327,7 +338,7 @@ fn drive(
         load.set_active(if shared {
             EVERY_TARGET
         } else {
-            slice_arm(order, k)
+            order[k % order.len()]
         });
         let until = (slice * (k as u32 + 1)).min(length);
         std::thread::sleep(until.saturating_sub(t0.elapsed()));
@@ -346,31 +357,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slices_alternate_forwards_and_backwards() {
-        let order = [2, 0, 1];
-        let seq: Vec<usize> = (0..9).map(|k| slice_arm(&order, k)).collect();
-        assert_eq!(seq, vec![2, 0, 1, 1, 0, 2, 2, 0, 1]);
-    }
-
-    #[test]
-    fn over_a_round_pair_every_arm_holds_each_position_equally() {
-        // Position sums over forwards + backwards rounds are equal: a linear
-        // drift inside a round pair weighs every arm alike.
-        let order = [0, 1, 2, 3];
-        let mut weight = [0usize; 4];
-        for k in 0..8 {
-            weight[slice_arm(&order, k)] += k % 4;
+    fn every_round_pair_runs_forwards_then_backwards() {
+        let seq = slice_sequence(&[0, 1, 2], 7, 0, 0, 12);
+        assert_eq!(seq.len(), 12);
+        for pair in seq.chunks(6) {
+            let (a, b) = pair.split_at(3);
+            let back: Vec<usize> = b.iter().rev().copied().collect();
+            assert_eq!(a, &back[..]);
+            let mut sorted = a.to_vec();
+            sorted.sort();
+            assert_eq!(sorted, vec![0, 1, 2]);
         }
-        assert!(weight.iter().all(|&w| w == weight[0]), "{weight:?}");
     }
 
     #[test]
-    fn window_orders_are_seeded_permutations_of_the_live_arms() {
+    fn predecessors_are_balanced_over_a_window() {
+        // Over a 1 s window of 25 ms slices with three arms, no arm follows
+        // another much more often than the others do.
+        let seq = slice_sequence(&[0, 1, 2], 3, 1, 2, 4000);
+        let mut follows = [[0usize; 3]; 3];
+        for w in seq.windows(2) {
+            if w[0] != w[1] {
+                follows[w[1]][w[0]] += 1;
+            }
+        }
+        let counts: Vec<usize> = follows.iter().flatten().copied().filter(|&c| c > 0).collect();
+        let (lo, hi) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+        assert_eq!(counts.len(), 6);
+        assert!((hi as f64) < 1.15 * lo as f64, "{follows:?}");
+    }
+
+    #[test]
+    fn sequences_are_seeded_over_the_live_arms() {
         let live = [0, 2, 3];
-        let o = window_order(&live, 7, 1, 4);
-        let mut sorted = o.clone();
-        sorted.sort();
-        assert_eq!(sorted, live.to_vec());
-        assert_eq!(o, window_order(&live, 7, 1, 4));
+        let o = slice_sequence(&live, 7, 1, 4, 30);
+        assert!(o.iter().all(|a| live.contains(a)));
+        assert_eq!(o, slice_sequence(&live, 7, 1, 4, 30));
+        assert_ne!(o, slice_sequence(&live, 7, 1, 5, 30));
     }
 }

@@ -68,6 +68,12 @@ struct Shared {
     /// deadline are that target's timeouts.
     in_flight: Vec<AtomicU64>,
     active: AtomicUsize,
+    /// Set while a window boundary is read: no client starts a connection.
+    paused: AtomicBool,
+    /// Clients past the pause check: counted before the check, so a pause
+    /// never misses a connection about to start.
+    open: AtomicU64,
+    resumed: tokio::sync::Notify,
     stop: AtomicBool,
     measuring: AtomicBool,
     next_source: AtomicU32,
@@ -124,6 +130,9 @@ impl LoadGen {
             counters: (0..targets).map(|_| Counters::default()).collect(),
             in_flight: (0..targets).map(|_| AtomicU64::new(0)).collect(),
             active: AtomicUsize::new(0),
+            paused: AtomicBool::new(false),
+            open: AtomicU64::new(0),
+            resumed: tokio::sync::Notify::new(),
             stop: AtomicBool::new(false),
             measuring: AtomicBool::new(false),
             next_source: AtomicU32::new(0),
@@ -143,6 +152,30 @@ impl LoadGen {
         LoadGen::snapshot_of(&self.shared, target)
     }
 
+    /// Lets every connection under way finish and starts no new one, so that
+    /// counters read now split the work exactly: nothing straddles the
+    /// boundary. Returns how long the drain took (the servers' idle time),
+    /// or None if a connection was still open after `limit`.
+    pub fn quiesce(&self, limit: Duration) -> Option<Duration> {
+        self.shared.paused.store(true, Ordering::Release);
+        let t0 = Instant::now();
+        loop {
+            if self.shared.open.load(Ordering::Acquire) == 0 {
+                return Some(t0.elapsed());
+            }
+            if t0.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Lets clients start connections again after [`Self::quiesce`].
+    pub fn resume(&self) {
+        self.shared.paused.store(false, Ordering::Release);
+        self.shared.resumed.notify_waiters();
+    }
+
     /// Sends every connection started from now on to target `target`, or
     /// with [`EVERY_TARGET`], each client to its own target (client i to
     /// target i mod n): every target loaded at once.
@@ -159,6 +192,7 @@ impl LoadGen {
     /// connection the trial started is judged. One total per target.
     pub fn finish(self) -> Vec<LoadTotals> {
         self.shared.stop.store(true, Ordering::Release);
+        self.resume();
         let drain = self.shared.spec.timeout + Duration::from_secs(2);
         let shared = self.shared.clone();
         let targets = shared.counters.len();
@@ -210,6 +244,21 @@ async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
         shared.counters.iter().map(|_| new_histogram()).collect();
     let mut head = Vec::with_capacity(shared.spec.contract.head_len());
     while !shared.stop.load(Ordering::Acquire) {
+        loop {
+            shared.open.fetch_add(1, Ordering::AcqRel);
+            if !shared.paused.load(Ordering::Acquire) {
+                break;
+            }
+            shared.open.fetch_sub(1, Ordering::AcqRel);
+            let resumed = shared.resumed.notified();
+            if shared.paused.load(Ordering::Acquire) {
+                resumed.await;
+            }
+        }
+        if shared.stop.load(Ordering::Acquire) {
+            shared.open.fetch_sub(1, Ordering::AcqRel);
+            break;
+        }
         let target = match shared.active.load(Ordering::Acquire) {
             EVERY_TARGET => id,
             t => t,
@@ -237,6 +286,7 @@ async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
             }
         }
         shared.in_flight[target].fetch_sub(1, Ordering::AcqRel);
+        shared.open.fetch_sub(1, Ordering::AcqRel);
     }
     latency
 }
