@@ -119,6 +119,54 @@ mod tests {
         assert!(unconfirmed(0.9, &invalid).unwrap().contains("gate"));
     }
 
+    /// The keep rule over simulated measurements of `n` samples (and `n`
+    /// more when it extends), each ratio lognormal around `truth` with spread
+    /// `sd`, judged as the judge does: the median with its 97.5% interval.
+    fn keep_rate(truth: f64, sd: f64, n: usize, seed: u64) -> f64 {
+        use crate::referee::stats::{median_and_interval, Normals};
+        let mut g = Normals(seed);
+        let decisions = 4000;
+        let mut kept = 0;
+        for _ in 0..decisions {
+            let mut s: Vec<f64> = Vec::new();
+            let mut extended = false;
+            loop {
+                s.extend((0..n).map(|_| truth * (sd * g.next()).exp()));
+                let (m, [lo, hi]) = median_and_interval(&s, 0.975).unwrap();
+                match decide(&cmp_at(m, lo, hi), 0.03, 2.0, extended) {
+                    Step::Extend => extended = true,
+                    Step::Decided(v) => {
+                        kept += usize::from(v == AttemptVerdict::Keep);
+                        break;
+                    }
+                }
+            }
+        }
+        kept as f64 / decisions as f64
+    }
+
+    fn cmp_at(median: f64, lo: f64, hi: f64) -> Comparison {
+        Comparison::judged(median, lo, hi, 0.03)
+    }
+
+    #[test]
+    fn an_a_a_candidate_is_kept_in_under_one_percent_of_decisions() {
+        // Even at a spread of 3% per sample (twice this machine's) and with
+        // the extension's second look.
+        for sd in [0.015, 0.03] {
+            let rate = keep_rate(1.0, sd, 13, 17);
+            assert!(rate <= 0.01, "sd {sd}: kept {rate}");
+        }
+    }
+
+    #[test]
+    fn a_four_percent_gain_is_kept_at_this_machines_spread() {
+        let rate = keep_rate(0.96, 0.016, 13, 5);
+        assert!(rate >= 0.9, "kept {rate}");
+        // A 2% gain is below the threshold: rarely kept.
+        assert!(keep_rate(0.98, 0.016, 13, 9) < 0.1);
+    }
+
     #[test]
     fn invalid_comparison_is_invalid() {
         let mut c = cmp(0.9, 0.8, 0.95);

@@ -227,6 +227,27 @@ pub fn samples_needed(sd: f64, effect: f64, level: f64, power: f64) -> usize {
 }
 
 #[cfg(test)]
+/// A deterministic generator of normal variates (Box-Muller over an LCG),
+/// so the simulations below give the same answer every run.
+pub struct Normals(pub u64);
+
+#[cfg(test)]
+impl Normals {
+    fn uniform(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    pub fn next(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -248,24 +269,6 @@ mod tests {
         assert_eq!(coefficient_of_variation(&[2.0, 2.0, 2.0]), 0.0);
         let cv = coefficient_of_variation(&[0.9, 1.0, 1.1]);
         assert!((cv - 0.1).abs() < 1e-9, "{cv}");
-    }
-
-    /// A deterministic generator of normal variates (Box-Muller over an LCG),
-    /// so the simulations below give the same answer every run.
-    struct Normals(u64);
-
-    impl Normals {
-        fn uniform(&mut self) -> f64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        }
-        fn next(&mut self) -> f64 {
-            let (u, v) = (self.uniform(), self.uniform());
-            (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-        }
     }
 
     #[test]

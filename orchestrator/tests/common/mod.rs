@@ -122,8 +122,10 @@ window_ms = 400
 [gate]
 min_completed = 50
 [compare]
-blocks = 3
+blocks = 6
 threshold = 0.3
+[duet]
+window_ms = 400
 [run]
 smoke_window_ms = 200
 suspicious_gain = 20.0
