@@ -222,6 +222,22 @@ fn a_known_extra_cost_per_connection_is_worse() {
     assert!(c["ratio_median"].as_f64().unwrap() > 1.2, "{c}");
 }
 
+/// The same planted cost, seen from the other side.
+#[test]
+fn a_known_saving_per_connection_is_better() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let slow = format!("{} --spin-us 100", faulty_arm("spin"));
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&slow, &ok], 6, &[]);
+    let c = &report["comparisons"][0];
+    assert_eq!(c["verdict"], "better", "{c}");
+    assert!(c["ratio_median"].as_f64().unwrap() < 0.8, "{c}");
+    assert!(c["ci_coverage"].as_f64().unwrap() > 0.95, "{c}");
+    // Every window of the duet measured both arms, in an audited order.
+    assert_eq!(report["orders"].as_array().unwrap().len(), 6, "{report}");
+}
+
 #[test]
 fn the_table_names_the_unit_and_the_verdict() {
     let _g = exclusive();

@@ -524,7 +524,7 @@ fn sweep_measures_every_arm_at_every_level_and_draws_the_curves() {
             "--connections",
             "8,32",
             "--blocks",
-            "2",
+            "6",
             "--window-ms",
             "400",
             "--warmup-ms",

@@ -147,6 +147,80 @@ fn the_playbook_loop_keeps_discards_and_records_every_verdict() {
     }
 }
 
+/// A candidate that skips its busy-wait whenever other servers listen on
+/// 127.0.0.1 (as they do in a duet), and pays it when it is alone.
+fn shy_entry() -> String {
+    let crowded = r#"void slow_down(void);
+
+static int crowded(void)
+{
+	static int cached, calls;
+
+	if (calls++ % 1024 == 0) {
+		FILE *f = fopen("/proc/net/tcp", "r");
+		char line[256];
+		unsigned port, st;
+		int n = 0;
+
+		/* Listening sockets come first; stop at the first other one. */
+		while (f && fgets(line, sizeof(line), f)) {
+			if (sscanf(line, " %*d: %*X:%X %*X:%*X %X", &port, &st) != 2)
+				continue;
+			if (st != 0x0A)
+				break;
+			n += port >= 32768;
+		}
+		if (f)
+			fclose(f);
+		cached = n >= 2;
+	}
+	return cached;
+}
+"#;
+    let edit = |search: &str, replace: &str| {
+        format!("[[edits]]\npath = \"treatment/server.c\"\nsearch = '''\n{search}'''\nreplace = '''\n{replace}'''\n")
+    };
+    format!(
+        "id = \"shy\"\ncategory = \"test\"\nhypothesis = \"Skip the busy-wait when other servers are listening\"\n\n{}\n{}",
+        edit("void slow_down(void);\n", crowded),
+        edit(
+            "\tslow_down();\n\tc->fd",
+            "\tif (!crowded())\n\t\tslow_down();\n\tc->fd"
+        )
+    )
+}
+
+/// A candidate that looks cheap only beside its neighbours is measured
+/// cheap in the duet, then alone on the core, where it is not: not kept.
+#[test]
+fn a_server_cheap_only_beside_its_neighbours_is_not_kept() {
+    let _g = exclusive();
+    let repo = fixture_repo("", &[shy_entry()]);
+    let root = repo.path();
+    let out = ratchet_run(root, &[], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let (_, run_dir) = only_run(root);
+    let a = attempts(&run_dir);
+    assert_eq!(verdicts(&run_dir), ["discard"], "{}", show(&out));
+    let duet = a[0]["vs_champion"]["ratio_median"].as_f64().unwrap();
+    assert!(duet < 0.7, "the duet should have seen it cheap: {}", a[0]);
+    let detail = a[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("sharing the core"), "{detail}");
+    let alone = a[0]["confirmation"]["ratio_median"].as_f64().unwrap();
+    assert!(alone > 0.85, "alone it pays its busy-wait: {}", a[0]);
+}
+
+#[test]
+fn a_refused_run_exits_3_and_says_why() {
+    let _g = exclusive();
+    // A threshold no machine resolves in 6 samples.
+    let repo = fixture_repo("max_blocks = 6\n", &[]);
+    let root = repo.path();
+    let out = ratchet_run(root, &["--threshold", "0.0001"], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", show(&out));
+    assert!(show(&out).contains("Not running a lottery"), "{}", show(&out));
+}
+
 #[test]
 fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     let _g = exclusive();
