@@ -218,7 +218,11 @@ fn a_refused_run_exits_3_and_says_why() {
     let root = repo.path();
     let out = ratchet_run(root, &["--threshold", "0.0001"], &[]);
     assert_eq!(out.status.code(), Some(3), "{}", show(&out));
-    assert!(show(&out).contains("Not running a lottery"), "{}", show(&out));
+    assert!(
+        show(&out).contains("Not running a lottery"),
+        "{}",
+        show(&out)
+    );
 }
 
 #[test]

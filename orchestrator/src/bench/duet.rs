@@ -39,7 +39,13 @@ use crate::interrupt;
 /// alike; every pair draws a new permutation, so no arm always follows the
 /// same neighbour (a neighbour's cache footprint then lands on every arm
 /// alike, not on whichever arm a fixed order put after it).
-pub fn slice_sequence(live: &[usize], seed: u64, epoch: usize, w: usize, slices: usize) -> Vec<usize> {
+pub fn slice_sequence(
+    live: &[usize],
+    seed: u64,
+    epoch: usize,
+    w: usize,
+    slices: usize,
+) -> Vec<usize> {
     let mut rng = StdRng::seed_from_u64(
         seed ^ (epoch as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (w as u64).rotate_left(32),
     );
@@ -168,9 +174,8 @@ fn run_epoch(
     let load = LoadGen::start(s.load_spec(&ports))?;
     let slice = s.duet.slice;
     // Warm-up: every live arm takes the load in turn, nothing is scored.
-    let slices_in = |length: Duration| {
-        (length.as_nanos() / slice.as_nanos().max(1)).max(1) as usize
-    };
+    let slices_in =
+        |length: Duration| (length.as_nanos() / slice.as_nanos().max(1)).max(1) as usize;
     let warm_order = slice_sequence(&live, seed, epoch, usize::MAX, slices_in(s.warmup));
     drive(
         s.duet.shared,
@@ -381,7 +386,12 @@ mod tests {
                 follows[w[1]][w[0]] += 1;
             }
         }
-        let counts: Vec<usize> = follows.iter().flatten().copied().filter(|&c| c > 0).collect();
+        let counts: Vec<usize> = follows
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&c| c > 0)
+            .collect();
         let (lo, hi) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
         assert_eq!(counts.len(), 6);
         assert!((hi as f64) < 1.15 * lo as f64, "{follows:?}");

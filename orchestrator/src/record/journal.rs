@@ -49,6 +49,23 @@ pub struct RunRecord {
     pub blocks: usize,
     pub baseline_cost: Option<f64>,
     pub control_start_cost: Option<f64>,
+    /// The final champion measured again, side by side with the run's start
+    /// and the control, when the run kept anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standing: Option<Standing>,
+}
+
+/// Where the final champion stands, re-measured at the end of a run: the
+/// cumulative gain as one side-by-side measurement, not a product of the
+/// kept medians (each of which was selected for being low).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Standing {
+    pub champion: String,
+    pub vs_start: Comparison,
+    pub vs_control: Comparison,
+    pub start_vs_control: Comparison,
+    /// Arms in order: start, champion, control.
+    pub samples: Samples,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -1,8 +1,10 @@
 //! The keep rule: a candidate replaces the champion only if it is at least
-//! `threshold` cheaper by the median of its block ratios AND the whole 95%
-//! interval of that ratio lies below 1. When the interval straddles the
-//! threshold line the evidence is extended once with more blocks; a
-//! suspiciously large gain is extended once too before it can be kept.
+//! `threshold` cheaper by the median of its sample ratios AND the whole
+//! interval of that ratio lies below 1 (each look's interval at the judge's
+//! decision level). When the interval straddles the threshold line the
+//! evidence is extended once with more samples; a suspiciously large gain is
+//! extended once too before it can be kept. A keep made in a duet must also
+//! survive its confirmation alone ([`unconfirmed`]).
 
 use crate::referee::compare::Comparison;
 use crate::referee::verdict::{AttemptVerdict, Verdict};

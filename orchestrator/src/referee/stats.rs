@@ -246,7 +246,6 @@ impl Normals {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

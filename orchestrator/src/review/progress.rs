@@ -1,5 +1,5 @@
-//! Measuring with a progress bar: the commands that run blocks of trials
-//! (compare, replay, ablate, sweep) show where they are the same way.
+//! Measuring with a progress bar: the commands that measure samples under a
+//! schedule (compare, replay, ablate, sweep) show where they are the same way.
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -32,7 +32,7 @@ use crate::clock::now_utc;
 use crate::config::Config;
 use crate::interrupt;
 use crate::record::gitops::{short, RunRepo};
-use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord};
+use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, Standing};
 use crate::record::knowledge::{self, KnowledgeBase};
 use crate::referee::compare::ratio_so_far;
 use crate::referee::format::fmt_ratio;
@@ -206,6 +206,39 @@ impl Loop<'_> {
         }
     }
 
+    /// Measures the final champion beside the run's start and the control,
+    /// under the run's schedule and sample count.
+    fn measure_standing(&mut self) -> Result<()> {
+        self.bar
+            .set_message("measuring the final champion against the run's start");
+        let start = self
+            .session
+            .workspace
+            .prepare(&format!("rev:{}", self.run.base_commit))
+            .context("building the run's start")?;
+        let arms = [
+            Arm {
+                label: "start".into(),
+                ..start
+            },
+            self.champion_arm.clone(),
+            self.control.clone(),
+        ];
+        let mut samples = Samples::new(3);
+        let settings = self.settings();
+        let blocks = self.run.blocks;
+        self.measure(&arms, blocks, &mut samples, "standing", &settings)?;
+        let t = self.config().compare.threshold;
+        self.run.standing = Some(Standing {
+            champion: self.champion.commit.clone(),
+            vs_start: samples.compare(1, 0, t),
+            vs_control: samples.compare(1, 2, t),
+            start_vs_control: samples.compare(0, 2, t),
+            samples,
+        });
+        Ok(())
+    }
+
     /// Runs iterations until a limit, the agent's end, or an error.
     fn drive(&mut self, fresh: bool) -> Result<Ending> {
         if fresh || self.run.aa.is_none() {
@@ -331,6 +364,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
                 blocks: cfg.compare.blocks,
                 baseline_cost: None,
                 control_start_cost: None,
+                standing: None,
             };
             let journal = Journal::create(&results, &run)?;
             let champion = ChampionRecord {
@@ -386,7 +420,12 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
         profile_text: None,
         bar,
     };
-    let outcome = lp.drive(fresh);
+    let mut outcome = lp.drive(fresh);
+    if outcome.is_ok() && lp.champion.attempt > 0 {
+        if let Err(e) = lp.measure_standing() {
+            outcome = Err(e);
+        }
+    }
     lp.bar.finish_and_clear();
     let (status, reason) = match &outcome {
         Ok(e) => (e.status.clone(), e.reason.clone()),

@@ -6,7 +6,7 @@ use crate::agent::AttemptSummary;
 use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
 use crate::record::knowledge::Lesson;
-use crate::referee::format::{fmt_ci, fmt_ratio};
+use crate::referee::format::{fmt_ci, fmt_comparison, fmt_ratio};
 
 impl Loop<'_> {
     pub(super) fn history(&self) -> Vec<AttemptSummary> {
@@ -50,12 +50,19 @@ impl Loop<'_> {
             );
         }
         s += &format!(
-            "champion {} (attempt {}): cumulative ratio to the run's start {:.3}; vs control {}\n",
+            "champion {} (attempt {}): product of the kept ratios {:.3}; vs control {}\n",
             short(&self.champion.commit),
             self.champion.attempt,
             self.champion.cumulative_ratio,
             fmt_ratio(self.champion.vs_control)
         );
+        if let Some(st) = &self.run.standing {
+            s += &format!(
+                "re-measured side by side: the champion costs {} of the run's start and {} of the control\n",
+                fmt_comparison(&st.vs_start),
+                fmt_comparison(&st.vs_control)
+            );
+        }
         s
     }
 }

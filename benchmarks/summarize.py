@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Summarizes a benchmarks/referee.sh output folder.
+
+The keep rule is restated here, for resampling recorded A/A windows: a
+candidate is kept when the median of its sample ratios is at most
+1 - threshold and the exact order-statistic interval of the median at 97.5%
+(referee/stats.rs, referee/judge.rs) lies below 1; an interval straddling
+the threshold line is extended once with as many samples again.
+"""
+import glob
+import json
+import math
+import os
+import random
+import statistics as st
+import sys
+
+LEVEL = 0.975
+THRESHOLD = 0.03
+
+
+def binom_half_cdf(n, k):
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+
+
+def interval(xs, level=LEVEL):
+    n = len(xs)
+    if n < 6 or 1 - 2 / 2 ** n < level:
+        return None
+    k = 1
+    while k < n // 2 and 1 - 2 * binom_half_cdf(n, k) >= level:
+        k += 1
+    s = sorted(xs)
+    return s[k - 1], s[n - k]
+
+
+def decide(xs, extended):
+    m = st.median(xs)
+    lo, hi = interval(xs)
+    line = 1 - THRESHOLD
+    if m <= line and hi < 1:
+        return "keep"
+    if not extended and lo < line < hi:
+        return "extend"
+    return "discard"
+
+
+def ratios(doc, arm, base=0):
+    t = doc["trials"]
+    return [a["cost_per_connection"] / b["cost_per_connection"]
+            for a, b in zip(t[arm], t[base])
+            if a["cost_per_connection"] and b["cost_per_connection"]]
+
+
+def cv(xs):
+    return st.stdev(xs) / st.mean(xs)
+
+
+def load(folder, pattern):
+    return [(os.path.basename(p), json.load(open(p)))
+            for p in sorted(glob.glob(os.path.join(folder, pattern)))]
+
+
+def aa(folder):
+    runs = load(folder, "aa-*.json")
+    if not runs:
+        return
+    print(f"A/A, vanilla treatment against itself, {len(runs)} runs of "
+          f"{runs[0][1]['blocks']} windows ({runs[0][1]['schedule']}):")
+    pooled, firsts = [], []
+    for name, d in runs:
+        r = ratios(d, 1)
+        c = d["comparisons"][0]
+        pooled += r
+        firsts.append(r)
+        print(f"  {name}: cv {cv(r) * 100:.2f}%  median {c['ratio_median']:.4f} "
+              f"[{c['ratio_ci95'][0]:.4f}, {c['ratio_ci95'][1]:.4f}]  {c['verdict']}")
+    cvs = [cv(r) for r in firsts]
+    print(f"  cv of window ratios: median {st.median(cvs) * 100:.2f}%, "
+          f"range {min(cvs) * 100:.2f}% to {max(cvs) * 100:.2f}%; "
+          f"{sum(c <= 0.015 for c in cvs)} of {len(cvs)} runs at or under 1.5%")
+    # Real decisions: run i's windows, extended with run i+1's when asked.
+    kept = 0
+    for i, r in enumerate(firsts):
+        v = decide(r, False)
+        if v == "extend":
+            v = decide(r + firsts[(i + 1) % len(firsts)], True)
+        kept += v == "keep"
+    print(f"  real A/A decisions by the keep rule: {kept} kept of {len(firsts)}")
+    # Restarts and start order: windows of one epoch share server processes;
+    # the arm started first alternates between epochs (0 first in even ones).
+    per = 6
+    within, between, first0, first1 = [], [], [], []
+    for r in firsts:
+        logs = [math.log(x) for x in r]
+        epochs = [logs[i:i + per] for i in range(0, len(logs), per) if len(logs[i:i + per]) >= 3]
+        for e, ws in enumerate(epochs):
+            m = st.mean(ws)
+            between.append(m)
+            within += [w - m for w in ws]
+            (first0 if e % 2 == 0 else first1).append(m)
+    k = per
+    var_w = st.pvariance(within) * len(within) / max(1, len(within) - len(between))
+    var_b = st.variance(between)
+    icc = max(0.0, (var_b - var_w / k) / (var_b - var_w / k + var_w)) if var_b > 0 else 0.0
+    print(f"  restarts: spread of window log-ratios within an epoch {math.sqrt(var_w) * 100:.2f}%, "
+          f"of epoch means {math.sqrt(var_b) * 100:.2f}% (windows alone would give "
+          f"{math.sqrt(var_w / k) * 100:.2f}%); intra-epoch correlation {icc:.2f}")
+    d = st.mean(first1) - st.mean(first0)
+    se = math.sqrt(st.variance(first0) / len(first0) + st.variance(first1) / len(first1))
+    print(f"  start order: the twin started first vs second moves the ratio by "
+          f"{d * 100:+.2f}% (standard error {se * 100:.2f}%, {len(first0) + len(first1)} epochs)")
+    rng = random.Random(1)
+    n = len(firsts[0])
+    trials, kept = 100_000, 0
+    for _ in range(trials):
+        s = rng.choices(pooled, k=n)
+        v = decide(s, False)
+        if v == "extend":
+            v = decide(s + rng.choices(pooled, k=n), True)
+        kept += v == "keep"
+    print(f"  resampled A/A decisions ({len(pooled)} recorded windows, {trials} decisions "
+          f"of {n} + {n}): {kept / trials * 100:.3f}% kept")
+
+
+def planted(folder):
+    runs = load(folder, "planted-[0-9]*.json")
+    if not runs:
+        return
+    sizes = open(os.path.join(folder, "planted-sizes.txt")).read().strip()
+    print(f"\nplanted costs ({sizes}), {len(runs)} runs at default settings:")
+    tally = {"cheaper": [], "costlier": []}
+    for name, d in runs:
+        cs = d["comparisons"]
+        cells = []
+        for key, c in zip(["cheaper", "costlier"], cs):
+            tally[key].append(c["verdict"])
+            cells.append(f"{key} {c['ratio_median']:.4f} "
+                         f"[{c['ratio_ci95'][0]:.4f}, {c['ratio_ci95'][1]:.4f}] {c['verdict']}")
+        print(f"  {name}: " + "; ".join(cells))
+    print(f"  4% cheaper: {tally['cheaper'].count('better')} of {len(runs)} better; "
+          f"4% costlier: {tally['costlier'].count('worse')} of {len(runs)} worse")
+    for name, d in load(folder, "planted2-*.json"):
+        c = d["comparisons"][0]
+        print(f"  2% costlier, {name}: {c['ratio_median']:.4f} "
+              f"[{c['ratio_ci95'][0]:.4f}, {c['ratio_ci95'][1]:.4f}] {c['verdict']}")
+
+
+def agreement(folder):
+    duets = load(folder, "agree-*-duet.json")
+    if not duets:
+        return
+    print("\nagreement, duet against sequential blocks (ratio of the later arm to the earlier):")
+    for name, d in duets:
+        b = json.load(open(os.path.join(folder, name.replace("-duet", "-blocks"))))
+        for i, c in enumerate(d["comparisons"]):
+            cb = b["comparisons"][i]
+            label = d["arms"][c["arm"]]["arm"]
+            (dl, dh), (bl, bh) = c["ratio_ci95"], cb["ratio_ci95"]
+            agree = dl <= bh and bl <= dh
+            print(f"  {name.replace('-duet.json', '')} {label[:24]:<24} duet {c['ratio_median']:.3f} "
+                  f"[{dl:.3f}, {dh:.3f}] cv {c['ratio_cv'] * 100:.1f}%  blocks "
+                  f"{cb['ratio_median']:.3f} [{bl:.3f}, {bh:.3f}] cv {cb['ratio_cv'] * 100:.1f}%  "
+                  f"{'agree' if agree else 'DIFFER'}")
+
+
+if __name__ == "__main__":
+    folder = sys.argv[1]
+    aa(folder)
+    planted(folder)
+    agreement(folder)
