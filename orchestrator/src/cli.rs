@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::bench::session::{self, Session};
 use crate::bench::{arm, environment};
 use crate::clock;

@@ -29,7 +29,7 @@ use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::{LoadGen, LoadSnapshot, EVERY_TARGET};
 use crate::bench::meter::{MeterPlan, MeterReading};
-use crate::bench::schedule::{verify, Samples, Step};
+use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::trial::{failed_start, own_cpu, Latency, Measurement, TrialSettings};
 use crate::interrupt;
 

@@ -14,6 +14,7 @@ pub mod lock;
 pub mod meter;
 pub mod procfs;
 pub mod profile;
+pub mod samples;
 pub mod schedule;
 pub mod session;
 pub mod source;

@@ -6,70 +6,13 @@ use anyhow::Result;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 
 use crate::bench::arm::Arm;
 use crate::bench::duet;
 use crate::bench::meter::MeterPlan;
-use crate::bench::trial::{run_trial, Measurement, TrialSettings};
+use crate::bench::samples::{verify, Samples, Step};
+use crate::bench::trial::{run_trial, TrialSettings};
 use crate::config::Schedule;
-
-/// Every trial of every arm so far: `trials[arm][block]`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Samples {
-    /// `trials[arm][sample]`: sample k of every arm was measured in the same
-    /// window (duet) or block (blocks).
-    pub trials: Vec<Vec<Measurement>>,
-    /// The order the arms ran in, per sample (arm indices): the trial order
-    /// of a block, or the slice order of a window.
-    #[serde(default)]
-    pub orders: Vec<Vec<usize>>,
-    /// The schedule that measured them; records older than the duet have
-    /// none, and were blocks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<Schedule>,
-}
-
-/// A built binary no longer matches the hash it had when it was built: some
-/// process (a hostile candidate, an agent) wrote to it. Nothing measured
-/// with it can be trusted.
-#[derive(Debug)]
-pub struct Tampered(pub String);
-
-impl std::fmt::Display for Tampered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "a built binary changed on disk since it was built: {}",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for Tampered {}
-
-/// Fails with [`Tampered`] if `arm`'s binary is not the one that was built.
-pub fn verify(arm: &Arm) -> Result<()> {
-    if let Some(expected) = &arm.binary_hash {
-        let actual = crate::bench::build::hash_file(&arm.command.program).unwrap_or_default();
-        if &actual != expected {
-            return Err(
-                Tampered(format!("{} ({})", arm.label, arm.command.program.display())).into(),
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Where a comparison is, for progress displays.
-pub struct Step<'a> {
-    pub block: usize,
-    pub blocks: usize,
-    pub arm: &'a str,
-    pub done: usize,
-    /// What was measured before this block, for a display of the ratio so far.
-    pub so_far: &'a Samples,
-}
 
 /// The order of `arms` arms in block `b`. Every block's order is uniformly
 /// random, and each run of `arms` consecutive blocks uses the rotations of one
@@ -88,18 +31,6 @@ pub fn block_order(arms: usize, b: usize, seed: u64) -> Vec<usize> {
 }
 
 impl Samples {
-    pub fn new(arms: usize) -> Self {
-        Self {
-            trials: vec![Vec::new(); arms],
-            orders: Vec::new(),
-            schedule: None,
-        }
-    }
-
-    pub fn blocks(&self) -> usize {
-        self.trials.first().map_or(0, Vec::len)
-    }
-
     /// Measures `samples` more samples of every arm under the schedule of
     /// `settings`: windows of a duet, or blocks of sequential trials.
     pub fn measure(

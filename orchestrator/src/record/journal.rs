@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::agent::Usage;
 use crate::bench::environment::Fingerprint;
 use crate::bench::meter::MeterEvent;
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::config::Config;
 use crate::files::{read_json, write_atomic};
 use crate::referee::compare::Comparison;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::environment::Fingerprint;
 use crate::bench::gate::{self, GateResult};
 use crate::bench::meter::{MeterEvent, MeterPlan};
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::bench::trial::{Latency, Measurement};
 use crate::config::Schedule;
 use crate::referee::stats;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::bench::arm::Arm;
 use crate::bench::build::BuildFailure;
 use crate::bench::meter::MeterPlan;
-use crate::bench::schedule::{Samples, Tampered};
+use crate::bench::samples::{Samples, Tampered};
 use crate::bench::trial::{self, TrialSettings};
 use crate::config::Schedule;
 use crate::referee::compare::Comparison;

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::environment::{self, Fingerprint};
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::bench::session::Session;
 use crate::record::lineage;
 use crate::record::recorded::RecordedRun;

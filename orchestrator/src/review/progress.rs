@@ -5,7 +5,7 @@ use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::arm::Arm;
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::bench::session::Session;
 use crate::bench::trial::TrialSettings;
 use crate::referee::compare::ratio_so_far;

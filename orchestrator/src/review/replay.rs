@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::bench::arm::Arm;
 use crate::bench::environment::{self, Fingerprint};
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::bench::session::Session;
 use crate::bench::trial;
 use crate::record::lineage::{self, Lineage, Trees};

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::{say, Loop};
 use crate::bench::arm::Arm;
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::record::journal::AaCheck;
 use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL, DECISION_LEVEL};
 use crate::referee::stats;

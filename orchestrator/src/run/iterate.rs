@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::{say, scope, Loop};
 use crate::agent::{AgentFailure, ProposalContext, Proposed};
 use crate::bench::arm::{built_arm, Arm};
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::clock::now_utc;
 use crate::interrupt;
 use crate::record::gitops::{GitDirSnapshot, MainTreeSnapshot};

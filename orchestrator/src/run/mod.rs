@@ -25,7 +25,7 @@ use crate::agent::{make_agent, Agent};
 use crate::bench::arm::{built_arm, Arm};
 use crate::bench::environment;
 use crate::bench::profile;
-use crate::bench::schedule::Samples;
+use crate::bench::samples::Samples;
 use crate::bench::session::Session;
 use crate::bench::trial::TrialSettings;
 use crate::clock::now_utc;
