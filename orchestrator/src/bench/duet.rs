@@ -172,6 +172,7 @@ fn run_epoch(
     }
 
     let load = LoadGen::start(s.load_spec(&ports))?;
+    load.set_live(&lives.iter().map(|l| l.server.is_some()).collect::<Vec<_>>());
     let slice = s.duet.slice;
     // Warm-up: every live arm takes the load in turn, nothing is scored.
     let slices_in =

@@ -68,6 +68,8 @@ struct Shared {
     /// deadline are that target's timeouts.
     in_flight: Vec<AtomicU64>,
     active: AtomicUsize,
+    /// Targets that may take load (a server that failed to start is not).
+    live: Vec<AtomicBool>,
     /// Set while a window boundary is read: no client starts a connection.
     paused: AtomicBool,
     /// Clients past the pause check: counted before the check, so a pause
@@ -85,6 +87,29 @@ struct Shared {
 const SOURCE_ADDRESSES: u32 = 65_534;
 
 impl Shared {
+    /// `active`, unless it already holds its share of the clients (the
+    /// connections in flight over the live targets): then the live target
+    /// holding the fewest. A server that never answers thereby holds at most
+    /// its share of the clients, and cannot starve the arms that share its
+    /// windows; healthy arms, whose connections spread over many slices,
+    /// stay under their share.
+    fn with_room(&self, active: usize) -> usize {
+        let active = active % self.counters.len();
+        let live = self
+            .live
+            .iter()
+            .filter(|l| l.load(Ordering::Acquire))
+            .count();
+        let share = self.spec.connections.div_ceil(live.max(1)) as u64;
+        if self.in_flight[active].load(Ordering::Acquire) < share {
+            return active;
+        }
+        (0..self.counters.len())
+            .filter(|&t| self.live[t].load(Ordering::Acquire))
+            .min_by_key(|&t| self.in_flight[t].load(Ordering::Acquire))
+            .unwrap_or(active)
+    }
+
     fn source(&self) -> IpAddr {
         let n = self.next_source.fetch_add(1, Ordering::Relaxed) % SOURCE_ADDRESSES + 1;
         IpAddr::V4(Ipv4Addr::new(127, 1, (n >> 8) as u8, (n & 0xff) as u8))
@@ -130,6 +155,7 @@ impl LoadGen {
             counters: (0..targets).map(|_| Counters::default()).collect(),
             in_flight: (0..targets).map(|_| AtomicU64::new(0)).collect(),
             active: AtomicUsize::new(0),
+            live: (0..targets).map(|_| AtomicBool::new(true)).collect(),
             paused: AtomicBool::new(false),
             open: AtomicU64::new(0),
             resumed: tokio::sync::Notify::new(),
@@ -181,6 +207,13 @@ impl LoadGen {
     /// target i mod n): every target loaded at once.
     pub fn set_active(&self, target: usize) {
         self.shared.active.store(target, Ordering::Release);
+    }
+
+    /// Which targets may take load.
+    pub fn set_live(&self, live: &[bool]) {
+        for (l, &on) in self.shared.live.iter().zip(live) {
+            l.store(on, Ordering::Release);
+        }
     }
 
     /// Latencies are recorded only for connections completing while this is set.
@@ -260,9 +293,9 @@ async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
             break;
         }
         let target = match shared.active.load(Ordering::Acquire) {
-            EVERY_TARGET => id,
-            t => t,
-        } % shared.counters.len();
+            EVERY_TARGET => id % shared.counters.len(),
+            t => shared.with_room(t),
+        };
         let counters = &shared.counters[target];
         let source = shared.source();
         let started = Instant::now();
