@@ -175,7 +175,7 @@ pub fn judge(
     }
     let c = alone.compare(1, 0, rules.threshold);
     let duet = e.vs_champion.ratio_median.unwrap_or(1.0);
-    if let Some(reason) = keep::unconfirmed(duet, &c) {
+    if let Some(reason) = keep::unconfirmed(duet, &c, rules.threshold) {
         j.verdict = AttemptVerdict::Discard;
         j.detail = Some(reason);
     }

@@ -43,21 +43,25 @@ pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bo
 /// Why a keep measured in a duet does not stand once the candidate is
 /// measured alone, if it does not: when the candidate alone is credibly
 /// costlier than it measured beside its neighbours (the lower end of the
-/// alone interval above the duet's median), it gained from sharing the core
-/// (burdening its neighbours, or behaving differently when it has some), not
-/// from its own code. A true gain passes unless the alone interval misses
-/// it, which its coverage bounds.
-pub fn unconfirmed(duet_median: f64, alone: &Comparison) -> Option<String> {
+/// alone interval above the duet's median) AND alone it does not reach the
+/// threshold (its median above the keep line), it gained from sharing the
+/// core (burdening its neighbours, or behaving differently when it has
+/// some), not from its own code. A large gain that the duet merely measures
+/// larger than the servers alone do still stands; a true gain at the line is
+/// rejected only when the alone interval misses it, which its coverage
+/// bounds.
+pub fn unconfirmed(duet_median: f64, alone: &Comparison, threshold: f64) -> Option<String> {
     let [lo, hi] = match (alone.verdict, alone.ratio_ci95) {
         (Verdict::Invalid, _) | (_, None) => {
             return Some("the candidate failed the gate when measured alone".into())
         }
         (_, Some(ci)) => ci,
     };
-    (lo > duet_median).then(|| {
+    let alone_median = alone.ratio_median.unwrap_or(f64::NAN);
+    (lo > duet_median && !(alone_median <= 1.0 - threshold)).then(|| {
         format!(
             "kept at {duet_median:.3} beside its neighbours, but alone on the core it costs {:.3} [{lo:.3}, {hi:.3}] of the champion: the gain came from sharing the core",
-            alone.ratio_median.unwrap_or(f64::NAN)
+            alone_median
         )
     })
 }
@@ -112,13 +116,17 @@ mod tests {
 
     #[test]
     fn a_keep_stands_when_alone_agrees_and_falls_when_alone_is_costlier() {
-        assert_eq!(unconfirmed(0.96, &cmp(0.97, 0.90, 1.03)), None);
-        assert_eq!(unconfirmed(0.96, &cmp(0.90, 0.85, 0.95)), None);
-        let why = unconfirmed(0.80, &cmp(1.00, 0.95, 1.06)).unwrap();
+        assert_eq!(unconfirmed(0.96, &cmp(0.97, 0.90, 1.03), 0.03), None);
+        assert_eq!(unconfirmed(0.96, &cmp(0.90, 0.85, 0.95), 0.03), None);
+        let why = unconfirmed(0.80, &cmp(1.00, 0.95, 1.06), 0.03).unwrap();
         assert!(why.contains("sharing the core"), "{why}");
+        // Alone it is costlier than the duet said, but still a large gain.
+        assert_eq!(unconfirmed(0.26, &cmp(0.29, 0.27, 0.31), 0.03), None);
+        // Alone it is costlier than the duet said, and under the line.
+        assert!(unconfirmed(0.90, &cmp(0.98, 0.95, 1.01), 0.03).is_some());
         let mut invalid = cmp(0.9, 0.8, 0.95);
         invalid.verdict = Verdict::Invalid;
-        assert!(unconfirmed(0.9, &invalid).unwrap().contains("gate"));
+        assert!(unconfirmed(0.9, &invalid, 0.03).unwrap().contains("gate"));
     }
 
     /// The keep rule over simulated measurements of `n` samples (and `n`
