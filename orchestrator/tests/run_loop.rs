@@ -264,7 +264,8 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
         &["--max-iterations", "9"],
         &[("RATCHET_TEST_SECRET", "hunter2")],
     );
-    assert!(out.status.success(), "{}", show(&out));
+    // Nothing was kept or discarded: the run says so in its exit code.
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
     let (_, run_dir) = only_run(root);
     assert_eq!(
         verdicts(&run_dir),
@@ -378,7 +379,8 @@ fn malformed_replies_are_recorded_and_the_key_never_leaks() {
         &["--agent", "openai", "--max-iterations", "2"],
         &[("RATCHET_TEST_OPENAI_KEY", key)],
     );
-    assert!(out.status.success(), "{}", show(&out));
+    // Nothing was kept or discarded: the run says so in its exit code.
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
     let (id, run_dir) = only_run(root);
     assert_eq!(verdicts(&run_dir), ["malformed", "malformed"]);
     assert!(
@@ -543,7 +545,8 @@ fn an_unreachable_endpoint_is_an_agent_error_and_the_loop_goes_on() {
         &["--agent", "anthropic", "--max-iterations", "2"],
         &[("RATCHET_TEST_ANTHROPIC_KEY", "k")],
     );
-    assert!(out.status.success(), "{}", show(&out));
+    // Nothing was kept or discarded: the run says so in its exit code.
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
     let (_, run_dir) = only_run(root);
     assert_eq!(verdicts(&run_dir), ["agent_error", "agent_error"]);
     assert!(attempts(&run_dir)[0]["detail"]
@@ -571,7 +574,8 @@ fn a_build_that_never_ends_is_killed_and_recorded() {
     let root = repo.path();
     let started = Instant::now();
     let out = ratchet_run(root, &[], &[]);
-    assert!(out.status.success(), "{}", show(&out));
+    // Nothing was kept or discarded: the run says so in its exit code.
+    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
     let (_, run_dir) = only_run(root);
     assert_eq!(verdicts(&run_dir), ["build_failed"]);
     let a = &attempts(&run_dir)[0];

@@ -58,7 +58,8 @@ pub fn unconfirmed(duet_median: f64, alone: &Comparison, threshold: f64) -> Opti
         (_, Some(ci)) => ci,
     };
     let alone_median = alone.ratio_median.unwrap_or(f64::NAN);
-    (lo > duet_median && !(alone_median <= 1.0 - threshold)).then(|| {
+    let short_of_the_line = alone.ratio_median.is_none_or(|m| m > 1.0 - threshold);
+    (lo > duet_median && short_of_the_line).then(|| {
         format!(
             "kept at {duet_median:.3} beside its neighbours, but alone on the core it costs {:.3} [{lo:.3}, {hi:.3}] of the champion: the gain came from sharing the core",
             alone_median
