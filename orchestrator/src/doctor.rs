@@ -135,6 +135,23 @@ pub fn run(config: &Config) -> Vec<Check> {
                 }
                 Err(e) => checks.push(check(false, "meter", format!("{e:#}"))),
             }
+            let containment = crate::bench::cgroup::containment();
+            checks.push(check(
+                containment.warning().is_none(),
+                "containment",
+                match containment.warning() {
+                    Some(w) => w,
+                    None => format!(
+                        "{}; servers{} confined to the SUT core by a cpuset",
+                        containment.description,
+                        if containment.confines_cpu() {
+                            ""
+                        } else {
+                            " not"
+                        }
+                    ),
+                },
+            ));
             let governor = environment::governor(sut);
             checks.push(check(
                 governor == "performance" || governor.starts_with("none"),

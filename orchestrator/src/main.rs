@@ -21,6 +21,7 @@ mod run;
 use clap::Parser;
 
 fn main() {
+    bench::secrets::protect_self();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RATCHET_LOG")

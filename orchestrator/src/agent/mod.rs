@@ -134,6 +134,14 @@ pub trait Agent {
 
 /// The agent a run names: the configuration picks the backend by name.
 pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
+    // Whatever the configuration names as a key is redacted from every log
+    // ratchet keeps, whatever the variable is called.
+    crate::bench::secrets::register(
+        [&config.agents.openai, &config.agents.anthropic]
+            .iter()
+            .filter_map(|a| a.api_key_env.clone())
+            .chain(config.agents.command.pass_env.iter().cloned()),
+    );
     Ok(match name {
         "playbook" => {
             let dir = config.paths.knowledge_base.join("playbook");

@@ -2,7 +2,10 @@
 //! are errors), the control with `go build`. A build runs in its own process
 //! group under a timeout that kills the whole group, and its output is kept so
 //! a failure can be shown to the user or the agent. Builds are cached by the
-//! hash of their sources.
+//! hash of their sources, in a directory outside every repository and
+//! worktree (see [`cache_dir`]), each entry with a manifest of its source and
+//! binary hashes that ratchet writes after building and checks before any
+//! reuse: a binary planted in the cache is rebuilt, never measured.
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
@@ -12,6 +15,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::bench::cgroup::{self, Cgroup};
+use crate::bench::secrets;
 
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -79,21 +85,28 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Runs `cmd` in its own process group; kills the group at `timeout`.
-/// Returns the exit status (None on timeout) and the combined output.
+/// Runs `cmd` in a cgroup and process group of its own; kills the cgroup
+/// at `timeout`, and in any case when it ends, so nothing it started (a
+/// backgrounded compiler, a daemon an agent left) outlives it. Returns the
+/// exit status (None on timeout) and the combined output, secrets redacted.
 pub fn run_bounded(
     mut cmd: Command,
     timeout: Duration,
 ) -> Result<(Option<std::process::ExitStatus>, String)> {
+    let label = cmd.get_program().to_string_lossy().to_string();
+    let mut cgroup = Cgroup::create(&label, None)?;
+    let join = cgroup.join_paths();
     let mut log = tempfile::tempfile()?;
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log.try_clone()?)
         .process_group(0);
-    // SAFETY: prctl is async-signal-safe. The child dies with ratchet, so a
-    // SIGKILLed run leaves no agent editing its worktree or build running.
+    // SAFETY: open, write, close and prctl are async-signal-safe. The child
+    // dies with ratchet, so a SIGKILLed run leaves no agent editing its
+    // worktree or build running.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            cgroup::join_from_child(&join)?;
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
@@ -111,12 +124,15 @@ pub fn run_bounded(
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    // Anything left in the group (a backgrounded compiler, a sleep) goes too.
+    // Anything left (a backgrounded compiler, a daemon) goes too.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    cgroup
+        .remove()
+        .with_context(|| format!("{label} left processes behind"))?;
     let mut out = String::new();
     log.seek(SeekFrom::Start(0))?;
     log.read_to_string(&mut out).ok();
-    Ok((status, out))
+    Ok((status, secrets::redact(&out)))
 }
 
 fn tail(text: &str, lines: usize) -> String {
@@ -134,8 +150,58 @@ fn require_tool(tool: &str, package: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where builds are cached: `$RATCHET_BUILD_CACHE`, else the system cache
+/// for root and the user's cache otherwise; never inside a repository, where
+/// an agent writes. Created private to ratchet's user.
+pub fn cache_dir() -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match std::env::var_os("RATCHET_BUILD_CACHE") {
+        Some(d) => PathBuf::from(d),
+        None if unsafe { libc::geteuid() } == 0 => PathBuf::from("/var/cache/ratchet/builds"),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("ratchet/builds"),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("making {} private", dir.display()))?;
+    Ok(dir)
+}
+
+/// What ratchet built into one cache entry.
+#[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+struct Manifest {
+    source_sha256: String,
+    binary_sha256: String,
+}
+
+/// The cached binary, if its manifest vouches for it; an entry without a
+/// manifest or whose binary changed since is removed.
+fn reuse(dir: &Path, manifest: &Path, binary: &Path, source_hash: &str) -> Option<String> {
+    if !binary.is_file() {
+        return None;
+    }
+    let recorded: Option<Manifest> = std::fs::read(manifest)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let actual = hash_file(binary).ok();
+    match (recorded, actual) {
+        (Some(m), Some(h)) if m.source_sha256 == source_hash && m.binary_sha256 == h => Some(h),
+        _ => {
+            tracing::warn!(
+                "build cache entry {} does not match the manifest ratchet wrote for it: rebuilding",
+                dir.display()
+            );
+            std::fs::remove_dir_all(dir).ok();
+            None
+        }
+    }
+}
+
 /// Builds into the cache keyed by `kind` and the source hash, reusing an
-/// earlier build of the same source.
+/// earlier build of the same source that its manifest vouches for.
 fn cached_build(
     kind: &str,
     src: &Path,
@@ -145,9 +211,18 @@ fn cached_build(
     command: impl FnOnce(&Path) -> Command,
 ) -> Result<Built> {
     let source_hash = hash_sources(src)?;
-    let dir = cache.join(format!("{kind}-{}", &source_hash[..16]));
+    let entry = format!("{kind}-{}", &source_hash[..16]);
+    let dir = cache.join(&entry);
+    let manifest = cache.join(format!("{entry}.manifest.json"));
     let binary = dir.join(binary_name);
-    if !binary.is_file() {
+    if let Some(binary_hash) = reuse(&dir, &manifest, &binary, &source_hash) {
+        return Ok(Built {
+            binary,
+            source_hash,
+            binary_hash,
+        });
+    }
+    {
         std::fs::create_dir_all(cache)?;
         let staging = tempfile::tempdir_in(cache)?;
         let (status, log) = run_bounded(command(staging.path()), timeout)?;
@@ -162,17 +237,27 @@ fn cached_build(
                 .into())
             }
         }
+        let binary_hash = hash_file(&built)?;
         let staged = staging.keep();
         if std::fs::rename(&staged, &dir).is_err() {
-            // Another build of the same source won the race; use it.
+            // Another build of the same source won the race; ours is used
+            // only if it is the same binary (builds are reproducible).
             std::fs::remove_dir_all(&staged).ok();
+            if hash_file(&binary)? != binary_hash {
+                bail!("a concurrent build of {entry} produced a different binary; try again");
+            }
         }
+        let record = Manifest {
+            source_sha256: source_hash.clone(),
+            binary_sha256: binary_hash.clone(),
+        };
+        crate::files::write_atomic(&manifest, &serde_json::to_vec_pretty(&record)?)?;
+        Ok(Built {
+            binary_hash,
+            binary,
+            source_hash,
+        })
     }
-    Ok(Built {
-        binary_hash: hash_file(&binary)?,
-        binary,
-        source_hash,
-    })
 }
 
 pub fn build_treatment(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
@@ -186,6 +271,7 @@ pub fn build_treatment(src: &Path, cache: &Path, timeout: Duration) -> Result<Bu
         .with_context(|| format!("treatment source {}", src.display()))?;
     cached_build("treatment", &src_abs, cache, "server", timeout, |out| {
         let mut c = Command::new("make");
+        secrets::minimal_env(&mut c);
         c.arg("-s")
             .arg("-C")
             .arg(&src_abs)
@@ -201,15 +287,19 @@ pub fn build_control(src: &Path, cache: &Path, timeout: Duration) -> Result<Buil
         .with_context(|| format!("control source {}", src.display()))?;
     cached_build("control", &src_abs, cache, "control", timeout, |out| {
         let mut c = Command::new("go");
+        secrets::minimal_env(&mut c);
+        // Go's own caches sit beside the builds; the toolchain is the one
+        // installed (never downloaded).
+        let go_home = cache.join("go");
         c.current_dir(&src_abs)
             .args(["build", "-trimpath", "-o"])
             .arg(out.join("control"))
             .arg(".")
             .env("GOFLAGS", "-mod=mod")
-            .env("GO111MODULE", "on");
-        if std::env::var_os("GOCACHE").is_none() && std::env::var_os("HOME").is_none() {
-            c.env("GOCACHE", std::env::temp_dir().join("ratchet-gocache"));
-        }
+            .env("GO111MODULE", "on")
+            .env("GOTOOLCHAIN", "local")
+            .env("GOCACHE", go_home.join("cache"))
+            .env("GOPATH", go_home.join("path"));
         c
     })
 }

@@ -60,6 +60,10 @@ pub fn slice_sequence(
     out
 }
 
+/// How long an arm may take to close what it still holds once every
+/// client is done (a close under way); longer is deferred teardown.
+pub const CLOSE_WAIT: Duration = Duration::from_millis(50);
+
 /// One arm's server during an epoch.
 struct Live {
     server: Option<RunningServer>,
@@ -70,7 +74,7 @@ struct Live {
 impl Live {
     fn read(&mut self) -> Result<Option<MeterReading>> {
         match &mut self.server {
-            Some(s) => Ok(Some(s.counters.read()?)),
+            Some(s) => Ok(Some(s.read()?)),
             None => Ok(None),
         }
     }
@@ -149,7 +153,7 @@ fn run_epoch(
         if let Some(server) = &mut live.server {
             if let Err(e) = server.wait_listening(s.ready_timeout) {
                 live.start_error = Some(format!("{e:#}"));
-                server.stop(s.stop_grace);
+                server.stop(s.stop_grace)?;
                 live.server = None;
             }
         }
@@ -215,6 +219,16 @@ fn run_epoch(
         // Nothing straddles the boundary: every connection of the window
         // finishes in it, and the drain's idle time is part of the window.
         load.quiesce(quiet);
+        // Every client is done: a server still holding connections now
+        // deferred their teardown out of the window.
+        let held: Vec<u64> = lives
+            .iter()
+            .map(|l| {
+                l.server
+                    .as_ref()
+                    .map_or(0, |s| s.held_connections(CLOSE_WAIT))
+            })
+            .collect();
         let elapsed = t0.elapsed();
         let cpu1 = own_cpu();
         let m1: Vec<Option<MeterReading>> =
@@ -242,6 +256,9 @@ fn run_epoch(
                 window_completed: l1[i].completed - l0[i].completed,
                 alive: lives[i].alive,
                 off_core_ns: meter.off_core_ns,
+                held_connections: held[i],
+                cgroup_ns: meter.cgroup_ns,
+                task_clock_ns: meter.task_clock_ns,
                 start_error: None,
             };
             trials[i].push(window.measurement(meter, &evidence[i], s));
@@ -282,7 +299,7 @@ fn run_epoch(
     }
     for live in lives.iter_mut() {
         if let Some(server) = &mut live.server {
-            server.stop(s.stop_grace);
+            server.stop(s.stop_grace)?;
         }
     }
     Ok((trials, orders))

@@ -19,6 +19,10 @@ pub struct Fingerprint {
     pub gcc: String,
     pub go: String,
     pub governor: String,
+    /// How servers were contained (see [`crate::bench::cgroup`]); a
+    /// `warning:` prefix when a server could escape its trial.
+    #[serde(default)]
+    pub containment: String,
     pub control_source_sha256: Option<String>,
     pub treatment_source_sha256: Option<String>,
 }
@@ -81,6 +85,11 @@ pub fn fingerprint(
         gcc: first_line("gcc", &["--version"]),
         go: first_line("go", &["version"]),
         governor: governor(plan.sut_core),
+        containment: {
+            let c = crate::bench::cgroup::containment();
+            c.warning()
+                .map_or(c.description.clone(), |w| format!("warning: {w}"))
+        },
         control_source_sha256: control_source,
         treatment_source_sha256: treatment_source,
     }

@@ -5,8 +5,14 @@
 //! on it; only then does it exec. That way the counters (with `inherit`) cover
 //! every thread and process the server will ever have, including the threads
 //! a Go runtime starts before `main`.
+//!
+//! The child joins a cgroup of its own before anything else (see
+//! [`crate::bench::cgroup`]), so a grandchild that leaves the process group
+//! still dies with the trial; it starts from a minimal environment in `/`,
+//! so it sees no key and no path to the repository from its own state.
 
 use anyhow::{bail, Context, Result};
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -14,8 +20,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::bench::meter::{MeterPlan, ServerCounters};
+use crate::bench::cgroup::{self, Cgroup};
+use crate::bench::meter::{MeterPlan, MeterReading, ServerCounters};
 use crate::bench::procfs;
+use crate::bench::secrets;
 
 /// A runnable server: ratchet appends `--port N`.
 #[derive(Clone, Debug)]
@@ -29,9 +37,13 @@ pub struct RunningServer {
     child: Child,
     pub pid: i32,
     pub port: u16,
-    pub counters: ServerCounters,
+    counters: ServerCounters,
+    cgroup: Cgroup,
     stderr: File,
     exited: bool,
+    /// Sockets the server held once it listened, before any load: its
+    /// listeners. Any other socket it holds is a connection.
+    listeners: HashSet<u64>,
 }
 
 fn pipe() -> Result<(i32, i32)> {
@@ -80,8 +92,16 @@ impl RunningServer {
         let (pid_r, pid_w) = pipe()?;
         let (go_r, go_w) = pipe()?;
         let core = plan.sut_core;
+        let label = server
+            .program
+            .file_name()
+            .map_or("server".into(), |n| n.to_string_lossy().to_string());
+        let cgroup = Cgroup::create(&label, Some(core))?;
+        let join = cgroup.join_paths();
         let mut command = Command::new(&server.program);
+        secrets::minimal_env(&mut command);
         command
+            .current_dir("/")
             .args(&server.args)
             .arg("--port")
             .arg(port.to_string())
@@ -92,6 +112,7 @@ impl RunningServer {
         // SAFETY: only async-signal-safe system calls run between fork and exec.
         unsafe {
             command.pre_exec(move || {
+                cgroup::join_from_child(&join)?;
                 libc::close(pid_r);
                 libc::close(go_w);
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -150,8 +171,10 @@ impl RunningServer {
                 pid,
                 port,
                 counters,
+                cgroup,
                 stderr,
                 exited: false,
+                listeners: HashSet::new(),
             }),
             (Err(e), Ok(mut child)) => {
                 let _ = child.kill();
@@ -176,6 +199,7 @@ impl RunningServer {
                 );
             }
             if procfs::group_listens_on(self.pid, self.port) {
+                self.listeners = self.sockets();
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -198,7 +222,48 @@ impl RunningServer {
         !self.exited
     }
 
-    /// The last 2 KiB of what the server wrote to stderr.
+    /// Every process of the server: its cgroup's, or where there is no
+    /// cgroup, its process group's.
+    fn pids(&self) -> Vec<i32> {
+        let pids = self.cgroup.pids();
+        if pids.is_empty() {
+            procfs::group_members(self.pid)
+        } else {
+            pids
+        }
+    }
+
+    fn sockets(&self) -> HashSet<u64> {
+        self.pids()
+            .into_iter()
+            .flat_map(procfs::held_sockets)
+            .collect()
+    }
+
+    /// Connections the server still holds open, waiting up to `timeout` for
+    /// them to close. Called when every client is done: an honest server
+    /// has closed all of them (a close in flight lands within the wait), so
+    /// what is left is teardown deferred past the window's end.
+    pub fn held_connections(&self, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let held = self.sockets().difference(&self.listeners).count() as u64;
+            if held == 0 || Instant::now() >= deadline {
+                return held;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Every counter, and the cgroup's CPU time, read back to back.
+    pub fn read(&mut self) -> Result<MeterReading> {
+        let mut r = self.counters.read()?;
+        r.cgroup_ns = self.cgroup.usage_ns();
+        Ok(r)
+    }
+
+    /// The last 2 KiB of what the server wrote to stderr, every secret's
+    /// value redacted (it flows into gate details, the journal and prompts).
     pub fn stderr_tail(&mut self) -> String {
         let mut text = String::new();
         let len = self.stderr.seek(SeekFrom::End(0)).unwrap_or(0);
@@ -207,15 +272,17 @@ impl RunningServer {
         if text.trim().is_empty() {
             "(empty)".into()
         } else {
-            text
+            secrets::redact(&text)
         }
     }
 
-    /// SIGTERM to the whole process group, SIGKILL after `grace`, and a
-    /// final SIGKILL of the group so nothing it forked outlives the trial.
-    pub fn stop(&mut self, grace: Duration) {
+    /// SIGTERM to everything in the server's cgroup, SIGKILL after `grace`,
+    /// then the whole cgroup is killed and must be empty: nothing it forked
+    /// outlives the trial. An error names what escaped.
+    pub fn stop(&mut self, grace: Duration) -> Result<()> {
         let pgid = self.pid;
         unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        self.cgroup.signal(libc::SIGTERM);
         let deadline = Instant::now() + grace;
         while self.alive() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
@@ -223,6 +290,9 @@ impl RunningServer {
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         let _ = self.child.wait();
         self.exited = true;
+        self.cgroup
+            .remove()
+            .context("the server left processes behind that survive SIGKILL")
     }
 }
 
@@ -230,5 +300,8 @@ impl Drop for RunningServer {
     fn drop(&mut self) {
         unsafe { libc::kill(-self.pid, libc::SIGKILL) };
         let _ = self.child.wait();
+        if let Err(e) = self.cgroup.remove() {
+            tracing::warn!("{e:#}");
+        }
     }
 }

@@ -108,8 +108,14 @@ pub struct MeterReading {
     pub task_clock_ns: u64,
     pub context_switches: u64,
     pub syscalls: Option<u64>,
-    /// Task-clock the server's threads spent on any core but the SUT core.
+    /// Task-clock the server's threads spent on any core but the SUT core:
+    /// all of it minus what ran on the SUT core, so no CPU the kernel has
+    /// (whatever `taskset` or a quota lets ratchet see) is left out.
     pub off_core_ns: u64,
+    /// CPU time of the server's cgroup (see [`crate::bench::cgroup`]): the
+    /// cross-check that nothing ran in it unmetered.
+    #[serde(default)]
+    pub cgroup_ns: Option<u64>,
 }
 
 impl MeterReading {
@@ -119,7 +125,11 @@ impl MeterReading {
             task_clock_ns: self.task_clock_ns - earlier.task_clock_ns,
             context_switches: self.context_switches - earlier.context_switches,
             syscalls: self.syscalls.zip(earlier.syscalls).map(|(a, b)| a - b),
-            off_core_ns: self.off_core_ns - earlier.off_core_ns,
+            off_core_ns: self.off_core_ns.saturating_sub(earlier.off_core_ns),
+            cgroup_ns: self
+                .cgroup_ns
+                .zip(earlier.cgroup_ns)
+                .map(|(a, b)| a.saturating_sub(b)),
         }
     }
 }
@@ -130,7 +140,7 @@ pub struct ServerCounters {
     task_clock: Counter,
     context_switches: Counter,
     syscalls: Option<Counter>,
-    off_core: Vec<Counter>,
+    on_sut: Counter,
 }
 
 fn counting(builder: &mut Builder<'_>, pid: i32) -> std::io::Result<Counter> {
@@ -160,24 +170,29 @@ impl ServerCounters {
         let syscalls = plan
             .syscalls_tracepoint
             .and_then(|id| counting(Builder::new(Tracepoint::with_id(id)).any_cpu(), pid).ok());
-        let mut off_core = Vec::new();
-        for cpu in (0..plan.cores).filter(|&c| c != plan.sut_core) {
-            off_core.push(
-                counting(Builder::new(Software::TASK_CLOCK).one_cpu(cpu), pid).with_context(
-                    || format!("opening the off-core task-clock counter on cpu {cpu}"),
-                )?,
-            );
-        }
+        let on_sut = counting(
+            Builder::new(Software::TASK_CLOCK).one_cpu(plan.sut_core),
+            pid,
+        )
+        .with_context(|| {
+            format!(
+                "opening the task-clock counter on the SUT cpu {}",
+                plan.sut_core
+            )
+        })?;
         Ok(Self {
             primary,
             task_clock,
             context_switches,
             syscalls,
-            off_core,
+            on_sut,
         })
     }
 
     pub fn read(&mut self) -> Result<MeterReading> {
+        // The SUT share last: a server running now adds to it between the
+        // two reads, which can only hide a microsecond of off-core time,
+        // never invent one for a server that stayed on its core.
         let task_clock_ns = self.task_clock.read()?;
         let primary = match &mut self.primary {
             Some(c) => c.read()?,
@@ -188,16 +203,14 @@ impl ServerCounters {
             Some(c) => Some(c.read()?),
             None => None,
         };
-        let mut off_core_ns = 0;
-        for c in &mut self.off_core {
-            off_core_ns += c.read()?;
-        }
+        let on_sut = self.on_sut.read()?;
         Ok(MeterReading {
             primary,
             task_clock_ns,
             context_switches,
             syscalls,
-            off_core_ns,
+            off_core_ns: task_clock_ns.saturating_sub(on_sut),
+            cgroup_ns: None,
         })
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod arm;
 pub mod build;
+pub mod cgroup;
 pub mod contract;
 pub mod duet;
 pub mod environment;
@@ -16,6 +17,7 @@ pub mod procfs;
 pub mod profile;
 pub mod samples;
 pub mod schedule;
+pub mod secrets;
 pub mod session;
 pub mod source;
 pub mod trial;

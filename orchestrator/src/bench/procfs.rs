@@ -61,6 +61,44 @@ pub fn socket_inodes(pid: i32) -> HashSet<u64> {
     .collect()
 }
 
+/// Socket inodes `pid` holds: open descriptors, and files registered with
+/// any io_uring it has (direct descriptors appear in no fd table, only in
+/// the ring's fdinfo as `<slot>: socket:[<inode>]`).
+pub fn held_sockets(pid: i32) -> HashSet<u64> {
+    let mut held = socket_inodes(pid);
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return held;
+    };
+    for e in dir.flatten() {
+        let is_ring = fs::read_link(e.path())
+            .is_ok_and(|l| l.to_str().is_some_and(|s| s.contains("io_uring")));
+        if !is_ring {
+            continue;
+        }
+        let info = format!("/proc/{pid}/fdinfo/{}", e.file_name().to_string_lossy());
+        if let Ok(text) = fs::read_to_string(info) {
+            held.extend(registered_sockets(&text));
+        }
+    }
+    held
+}
+
+/// The socket inodes in an io_uring fdinfo's registered-file table.
+fn registered_sockets(fdinfo: &str) -> Vec<u64> {
+    fdinfo
+        .lines()
+        .filter_map(|l| {
+            let (slot, path) = l.trim_start().split_once(": ")?;
+            slot.parse::<u32>().ok()?;
+            path.trim()
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 /// True when a process of group `pgid` holds a socket listening on `port`:
 /// the arm's own server, never a stale process that happens to hold the port.
 pub fn group_listens_on(pgid: i32, port: u16) -> bool {
@@ -80,6 +118,12 @@ mod tests {
    1: 0100007F:1F90 0100007F:A000 01 00000000:00000000 00:00000000 00000000     0        0 4343 1 0000000000000000 100 0 0 10 0
    2: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4444 1 0000000000000000 100 0 0 10 0
 ";
+
+    #[test]
+    fn registered_sockets_are_read_from_a_rings_fdinfo() {
+        let info = "pos:\t0\nflags:\t02000002\nSqMask:\t0x7f\nUserFiles:\t3\n    0: socket:[777]\n    2: socket:[778]\n    5: /tmp/x\nUserBufs:\t0\n";
+        assert_eq!(registered_sockets(info), vec![777, 778]);
+    }
 
     #[test]
     fn finds_only_the_listening_socket_on_the_port() {

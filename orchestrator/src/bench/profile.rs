@@ -127,7 +127,7 @@ pub fn record(
         .output()
         .context("running perf record")?;
     load.finish();
-    running.stop(s.stop_grace);
+    running.stop(s.stop_grace)?;
     if !rec.status.success() {
         bail!(
             "perf record failed: {}",

@@ -193,7 +193,7 @@ pub fn run_trial(
         Err(e) => return Ok(failed_start(format!("{e:#}"), &s.gate)),
     };
     if let Err(e) = running.wait_listening(s.ready_timeout) {
-        running.stop(s.stop_grace);
+        running.stop(s.stop_grace)?;
         return Ok(failed_start(format!("{e:#}"), &s.gate));
     }
     let load = LoadGen::start(s.load_spec(&[port]))?;
@@ -202,7 +202,7 @@ pub fn run_trial(
     load.set_measuring(true);
     let cpu0 = own_cpu();
     let t0 = Instant::now();
-    let m0 = running.counters.read()?;
+    let m0 = running.read()?;
     let l0 = load.snapshot(0);
     let slices = (s.window.as_millis() / SLICE.as_millis()).max(1) as u32;
     let mut slice_costs = Vec::with_capacity(slices as usize);
@@ -212,7 +212,7 @@ pub fn run_trial(
     for k in 1..=slices {
         let until = s.window * k / slices;
         alive &= watch(&mut running, until.saturating_sub(t0.elapsed()))?;
-        m1 = running.counters.read()?;
+        m1 = running.read()?;
         l1 = load.snapshot(0);
         let done = l1.completed - lp.completed;
         if done > 0 {
@@ -226,7 +226,8 @@ pub fn run_trial(
 
     let totals = load.finish().remove(0);
     alive &= running.alive();
-    running.stop(s.stop_grace);
+    let held_connections = running.held_connections(crate::bench::duet::CLOSE_WAIT);
+    running.stop(s.stop_grace)?;
 
     let meter = m1.delta(&m0);
     let window = l1.delta(&l0);
@@ -236,7 +237,11 @@ pub fn run_trial(
         failures: totals.snapshot.failures,
         window_completed: window.completed,
         alive,
+        // Off-core work anywhere in the trial, warm-up included.
         off_core_ns: m1.off_core_ns,
+        held_connections,
+        cgroup_ns: meter.cgroup_ns,
+        task_clock_ns: meter.task_clock_ns,
         start_error: None,
     };
     // A connection still hanging after the drain deadline never completed.

@@ -30,22 +30,18 @@ impl Workspace {
         self.root.join(&self.config.paths.control)
     }
 
-    pub fn build_cache(&self) -> PathBuf {
-        self.root.join(".ratchet").join("builds")
-    }
-
     fn build_timeout(&self) -> Duration {
         Duration::from_secs(self.config.build.timeout_s)
     }
 
     pub fn build_treatment_at(&self, src: &Path) -> Result<build::Built> {
-        build::build_treatment(src, &self.build_cache(), self.build_timeout())
+        build::build_treatment(src, &build::cache_dir()?, self.build_timeout())
     }
 
     /// The control built from `src` (a run builds it from its base commit,
     /// so no later edit of the working tree can move it).
     pub fn control_at(&self, src: &Path) -> Result<Arm> {
-        let b = build::build_control(src, &self.build_cache(), self.build_timeout())?;
+        let b = build::build_control(src, &build::cache_dir()?, self.build_timeout())?;
         Ok(Arm {
             label: "control".into(),
             command: ServerCommand {

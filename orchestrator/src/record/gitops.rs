@@ -84,46 +84,71 @@ impl RunRepo {
     }
 
     /// Every path that differs from HEAD in the worktree, untracked and
-    /// ignored files included, with whether it is a symbolic link.
+    /// ignored files included, with whether it is a symbolic link. It
+    /// compares HEAD's tree with a tree hashed afresh from the files, so no
+    /// index flag (`--skip-worktree`, `--assume-unchanged`) can hide a change.
     pub fn changed_paths(&self) -> Result<Vec<(String, bool)>> {
-        let mut opts = git2::StatusOptions::new();
-        opts.include_untracked(true)
-            .recurse_untracked_dirs(true)
-            .include_ignored(true)
-            .recurse_ignored_dirs(true);
-        let statuses = self.repo.statuses(Some(&mut opts))?;
-        Ok(statuses
-            .iter()
-            .filter_map(|s| {
-                let path = s.path()?.to_string();
-                let link = std::fs::symlink_metadata(self.path.join(&path))
-                    .map(|m| m.file_type().is_symlink())
-                    .unwrap_or(false);
-                Some((path, link))
-            })
-            .collect())
+        self.changed_since(self.repo.head()?.peel_to_tree()?.id())
     }
 
-    fn tree_of_worktree(&self) -> Result<git2::Oid> {
-        let mut index = self.repo.index()?;
-        index.add_all(["*"].iter(), git2::IndexAddOption::FORCE, None)?;
-        index.update_all(["*"].iter(), None)?;
-        let tree = index.write_tree()?;
-        index.write()?;
-        Ok(tree)
+    /// Every path where the worktree differs from `tree` (see
+    /// [`Self::changed_paths`]).
+    pub fn changed_since(&self, tree: git2::Oid) -> Result<Vec<(String, bool)>> {
+        let then = self.repo.find_tree(tree)?;
+        let now = self.repo.find_tree(self.tree_of_worktree()?)?;
+        let diff = self.repo.diff_tree_to_tree(Some(&then), Some(&now), None)?;
+        let mut out = Vec::new();
+        for d in diff.deltas() {
+            let file = if d.status() == git2::Delta::Deleted {
+                d.old_file()
+            } else {
+                d.new_file()
+            };
+            let Some(path) = file.path().and_then(|p| p.to_str()) else {
+                continue;
+            };
+            let link = d.new_file().mode() == git2::FileMode::Link;
+            out.push((path.to_string(), link));
+        }
+        Ok(out)
     }
 
-    /// Commits the worktree as it is. With `advance`, the branch moves to the
-    /// commit (a kept mutation); without, the commit is only returned (a
+    /// Files of the worktree with more than one hard link: the other name
+    /// could be anywhere, outside the repository included.
+    pub fn hard_links(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        walk(&self.path, &self.path, &mut |rel, meta| {
+            use std::os::unix::fs::MetadataExt;
+            if meta.is_file() && meta.nlink() > 1 {
+                out.push(rel.to_string());
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// The worktree as a git tree, hashed from the files themselves (not
+    /// through the index), `.git` left out.
+    pub fn tree_of_worktree(&self) -> Result<git2::Oid> {
+        tree_of_dir(&self.repo, &self.path)
+    }
+
+    /// Commits `tree` on top of HEAD. With `advance`, the branch moves to
+    /// the commit (a kept mutation); without, the commit is only returned (a
     /// discarded attempt, kept under a ref).
-    pub fn commit_worktree(&self, message: &str, advance: bool) -> Result<git2::Oid> {
-        let tree = self.repo.find_tree(self.tree_of_worktree()?)?;
+    pub fn commit_tree(&self, tree: git2::Oid, message: &str, advance: bool) -> Result<git2::Oid> {
+        let tree = self.repo.find_tree(tree)?;
         let parent = self.repo.head()?.peel_to_commit()?;
         let sig = signature(&self.repo)?;
         let update = if advance { Some("HEAD") } else { None };
         Ok(self
             .repo
             .commit(update, &sig, &sig, message, &tree, &[&parent])?)
+    }
+
+    /// Commits the worktree as it is now (see [`Self::commit_tree`]).
+    pub fn commit_worktree(&self, message: &str, advance: bool) -> Result<git2::Oid> {
+        self.commit_tree(self.tree_of_worktree()?, message, advance)
     }
 
     pub fn set_ref(&self, name: &str, oid: git2::Oid, log: &str) -> Result<()> {
@@ -136,13 +161,22 @@ impl RunRepo {
     pub fn reset_hard(&self, oid: git2::Oid) -> Result<()> {
         let obj = self.repo.find_object(oid, None)?;
         self.repo.reset(&obj, git2::ResetType::Hard, None)?;
+        let tree = self.repo.find_commit(oid)?.tree()?;
         for (path, _) in self.changed_paths()? {
             let p = self.path.join(&path);
-            let meta = std::fs::symlink_metadata(&p);
-            match meta {
-                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p)?,
-                Ok(_) => std::fs::remove_file(&p)?,
-                Err(_) => {}
+            if let Ok(m) = std::fs::symlink_metadata(&p) {
+                if m.is_dir() {
+                    std::fs::remove_dir_all(&p)?;
+                } else {
+                    std::fs::remove_file(&p)?;
+                }
+            }
+            // What reset left different (a file the index was told to
+            // skip) comes back from the commit.
+            if let Ok(entry) = tree.get_path(Path::new(&path)) {
+                if entry.kind() == Some(git2::ObjectType::Blob) {
+                    std::fs::write(&p, self.repo.find_blob(entry.id())?.content())?;
+                }
             }
         }
         Ok(())
@@ -155,6 +189,77 @@ impl RunRepo {
         let diff = self.repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
         patch_text(&diff)
     }
+}
+
+/// Calls `f` with the repository-relative path and metadata of every entry
+/// under `dir` (not following symbolic links), `.git` left out.
+fn walk(
+    root: &Path,
+    dir: &Path,
+    f: &mut dyn FnMut(&str, &std::fs::Metadata) -> Result<()>,
+) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let path = e.path();
+        if dir == root && e.file_name() == ".git" {
+            continue;
+        }
+        let meta = std::fs::symlink_metadata(&path)?;
+        let rel = path
+            .strip_prefix(root)?
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", path.display()))?
+            .to_string();
+        f(&rel, &meta)?;
+        if meta.is_dir() {
+            walk(root, &path, f)?;
+        }
+    }
+    Ok(())
+}
+
+/// `dir` written into `repo`'s object database as a tree: regular files as
+/// blobs (executable or not), symbolic links as links; empty directories,
+/// like git, vanish.
+fn tree_of_dir(repo: &git2::Repository, dir: &Path) -> Result<git2::Oid> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut builder = repo.treebuilder(None)?;
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name();
+        if name == ".git" {
+            continue;
+        }
+        let path = e.path();
+        let meta = std::fs::symlink_metadata(&path)?;
+        let (oid, mode) = if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path)?;
+            (
+                repo.blob(target.as_os_str().as_encoded_bytes())?,
+                git2::FileMode::Link,
+            )
+        } else if meta.is_dir() {
+            let t = tree_of_dir(repo, &path)?;
+            if repo.find_tree(t)?.is_empty() {
+                continue;
+            }
+            (t, git2::FileMode::Tree)
+        } else if meta.is_file() {
+            let exec = meta.permissions().mode() & 0o111 != 0;
+            (
+                repo.blob_path(&path)?,
+                if exec {
+                    git2::FileMode::BlobExecutable
+                } else {
+                    git2::FileMode::Blob
+                },
+            )
+        } else {
+            continue;
+        };
+        builder.insert(&name, oid, mode.into())?;
+    }
+    Ok(builder.write()?)
 }
 
 /// A diff as a unified patch, the form the journal records and

@@ -60,6 +60,9 @@ pub fn compare_table(r: &CompareReport) -> String {
         },
         r.threshold * 100.0
     );
+    if r.environment.containment.starts_with("warning") {
+        out += &format!("{}\n\n", r.environment.containment);
+    }
     out += &format!(
         "{:<w$} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8}\n",
         "arm",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{say, scope, Loop};
 use crate::agent::{AgentFailure, ProposalContext, Proposed};
-use crate::bench::arm::{built_arm, Arm};
+use crate::bench::arm::Arm;
 use crate::bench::samples::Samples;
 use crate::clock::now_utc;
 use crate::interrupt;
@@ -19,23 +19,25 @@ use crate::referee::format::fmt_ratio;
 use crate::referee::judge::{self, Judgement, Phase, Rules, Stages};
 use crate::referee::verdict::AttemptVerdict;
 
-/// The loop's side of the judging sequence: it builds the worktree, and
-/// measures with the loop's status line.
+/// The loop's side of the judging sequence: it builds the attempt's
+/// committed tree (exported where no agent or server writes, not the
+/// worktree), and measures with the loop's status line.
 struct LoopStages<'l, 'a> {
     lp: &'l Loop<'a>,
     n: usize,
+    tree: git2::Oid,
 }
 
 impl Stages for LoopStages<'_, '_> {
     fn build(&mut self) -> Result<Arm> {
         self.lp.bar.set_message(format!("#{} building", self.n));
-        let built = self
-            .lp
-            .session
-            .workspace
-            .build_treatment_at(&self.lp.treatment_in_worktree())?;
+        let arm =
+            self.lp
+                .session
+                .workspace
+                .prepare_tree(&self.lp.git.repo, self.tree, "candidate")?;
         self.lp.bar.set_message(format!("#{} smoke run", self.n));
-        Ok(built_arm("candidate", built))
+        Ok(arm)
     }
 
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
@@ -283,6 +285,12 @@ impl Loop<'_> {
         // scope
         let changed = self.git.changed_paths()?;
         let mut outside = scope::violations(&self.config().run.allowed_paths, &changed);
+        outside.extend(
+            self.git
+                .hard_links()?
+                .into_iter()
+                .map(|p| format!("{p} (hard link)")),
+        );
         outside.extend(tampering);
         let attempt_ref = format!("refs/ratchet/{}/attempts/{n}", self.run.run_id);
         if changed.is_empty() && outside.is_empty() {
@@ -312,7 +320,10 @@ impl Loop<'_> {
             self.record(r)?;
             return Ok(true);
         }
-        let attempt_oid = self.git.commit_worktree(&message, false)?;
+        // The attempt is fixed here, before anything untrusted runs: the
+        // build, the measurement and a keep all use this tree.
+        let attempt_tree = self.git.tree_of_worktree()?;
+        let attempt_oid = self.git.commit_tree(attempt_tree, &message, false)?;
         self.git
             .set_ref(&attempt_ref, attempt_oid, "ratchet attempt")?;
         record.attempt_ref = Some(attempt_ref);
@@ -322,7 +333,11 @@ impl Loop<'_> {
         let rules = self.rules();
         let settings = self.settings();
         let mut judgement = judge::judge(
-            &mut LoopStages { lp: self, n },
+            &mut LoopStages {
+                lp: self,
+                n,
+                tree: attempt_tree,
+            },
             &self.champion_arm,
             &self.control,
             &rules,
@@ -330,13 +345,28 @@ impl Loop<'_> {
             &settings,
         )?;
         self.take_judgement(&mut record, &mut judgement);
+        // What ran (the build, the servers) may have found the worktree.
+        let moved = self.git.changed_since(attempt_tree)?;
+        if !moved.is_empty() {
+            judgement.verdict = AttemptVerdict::Scope;
+            record.verdict = AttemptVerdict::Scope;
+            record.detail = Some(format!(
+                "the worktree changed after the scope check, while the candidate was built or measured: {}",
+                moved
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         if judgement.verdict.is_keep() {
             let cost = judgement
                 .evidence
                 .as_ref()
                 .map_or(0.0, |e| e.candidate_cost);
             let msg = self.commit_message(&record, cost);
-            let commit = self.git.commit_worktree(&msg, true)?;
+            let commit = self.git.commit_tree(attempt_tree, &msg, true)?;
+            self.git.reset_hard(commit)?;
             record.commit = Some(commit.to_string());
             let new_champion = self
                 .champion
