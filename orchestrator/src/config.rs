@@ -209,6 +209,10 @@ pub struct CompareConfig {
     /// Samples per measurement: windows (duet) or blocks (blocks).
     pub blocks: usize,
     pub threshold: f64,
+    /// A keep whose p99 latency is more than this many times the champion's,
+    /// measured side by side, is rejected: CPU bought with waiting (timers,
+    /// batching) is not a saving.
+    pub max_p99_factor: f64,
 }
 
 impl Default for CompareConfig {
@@ -217,6 +221,7 @@ impl Default for CompareConfig {
             schedule: Schedule::Duet,
             blocks: 12,
             threshold: 0.03,
+            max_p99_factor: 2.0,
         }
     }
 }
@@ -432,6 +437,12 @@ impl Config {
             1000.0,
         )?;
         range("compare.threshold", self.compare.threshold, 0.0, 0.99)?;
+        range(
+            "compare.max_p99_factor",
+            self.compare.max_p99_factor,
+            1.0,
+            1000.0,
+        )?;
         range(
             "build.timeout_s",
             self.build.timeout_s as f64,

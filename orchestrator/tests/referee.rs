@@ -91,26 +91,103 @@ fn dropping_one_connection_in_500_fails_the_gate() {
 #[test]
 fn a_server_that_dies_mid_window_fails_the_gate() {
     assert_fails_with("die", "server_exited");
+    // It died inside a measured window, not after the measurement: the
+    // first window saw it serve, and it never served a whole epoch.
+    let _g = exclusive();
+    let report = judge_mode("die");
+    let first = &report["trials"][1][0];
+    assert!(
+        first["window_completed"].as_u64().unwrap() > 0,
+        "it served nothing in the first window: {first}"
+    );
+    let served: u64 = report["trials"][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["window_completed"].as_u64().unwrap())
+        .sum();
+    let honest: u64 = report["trials"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["window_completed"].as_u64().unwrap())
+        .sum();
+    assert!(served < honest / 2, "it served {served} against {honest}");
+}
+
+/// A server that tries to work on another core is either rejected (its
+/// gate names `off_core`, or it cannot start) or contained: where a cpuset
+/// confines it, its attempt fails and every nanosecond it is scored on ran
+/// on the SUT core. Never is it scored with off-core work.
+fn assert_never_scored_off_core(mode: &str) {
+    let _g = exclusive();
+    let report = judge_mode(mode);
+    let gate = &arm(&report, 1)["gate"];
+    let r = reasons(&report, 1);
+    if gate["passed"] == false {
+        assert!(
+            r.iter()
+                .any(|x| x == "off_core" || x == "no_listen" || x == "server_exited"),
+            "{mode}: failed for another reason: {r:?}"
+        );
+        return;
+    }
+    let containment = report["environment"]["containment"].as_str().unwrap();
+    assert!(
+        containment.contains("cpuset") && !containment.starts_with("warning"),
+        "{mode} passed the gate without a cpuset to contain it: {containment}"
+    );
+    for t in report["trials"][1].as_array().unwrap() {
+        assert_eq!(t["meter_delta"]["off_core_ns"], 0, "{mode}: {t}");
+    }
+}
+
+/// Without cgroups (as on a host that has none), nothing confines a server
+/// to its core: the off-core counter (all task-clock minus the SUT core's)
+/// must then catch it, and the result must say it was not contained.
+#[test]
+fn without_cgroups_off_core_work_fails_the_gate_and_the_result_warns() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let bad = faulty_arm("off_core");
+    let (report, _) = compare_json_env(
+        &ws.path().join("harness.toml"),
+        &[&ok, &bad],
+        6,
+        &[],
+        &[("RATCHET_CGROUPS", "off")],
+    );
+    assert!(
+        reasons(&report, 1).contains(&"off_core".to_string()),
+        "{:?}",
+        reasons(&report, 1)
+    );
+    let containment = report["environment"]["containment"].as_str().unwrap();
+    assert!(
+        containment.starts_with("warning: containment"),
+        "{containment}"
+    );
 }
 
 #[test]
-fn a_server_that_moves_itself_off_core_fails_the_gate() {
-    assert_fails_with("off_core", "off_core");
+fn a_server_that_moves_itself_off_core_is_rejected_or_contained() {
+    assert_never_scored_off_core("off_core");
 }
 
 #[test]
-fn a_helper_thread_on_another_core_fails_the_gate() {
-    assert_fails_with("thread_off_core", "off_core");
+fn a_helper_thread_on_another_core_is_rejected_or_contained() {
+    assert_never_scored_off_core("thread_off_core");
 }
 
 #[test]
-fn a_forked_child_serving_from_another_core_fails_the_gate() {
-    assert_fails_with("fork_off_core", "off_core");
+fn a_forked_child_serving_from_another_core_is_rejected_or_contained() {
+    assert_never_scored_off_core("fork_off_core");
 }
 
 #[test]
-fn an_sqpoll_thread_on_another_core_fails_the_gate() {
-    assert_fails_with("sqpoll_off_core", "off_core");
+fn an_sqpoll_thread_on_another_core_is_rejected_or_contained() {
+    assert_never_scored_off_core("sqpoll_off_core");
 }
 
 #[test]
@@ -119,8 +196,87 @@ fn answering_without_reading_the_request_fails_the_gate() {
 }
 
 #[test]
-fn misbehaving_only_later_in_the_trial_fails_the_gate() {
-    assert_fails_with("late_wrong", "wrong_bytes");
+fn misbehaving_only_in_the_warm_up_fails_the_gate() {
+    assert_fails_with("early_wrong", "wrong_bytes");
+}
+
+#[test]
+fn teardown_deferred_out_of_the_window_fails_the_gate() {
+    assert_fails_with("defer_close", "deferred_close");
+}
+
+/// A server that leaves a daemon (a grandchild in its own session) behind
+/// is contained: the daemon dies with the trial's cgroup.
+#[test]
+fn a_daemon_left_by_a_server_dies_with_its_trial() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let pidfile = ws.path().join("daemon.pid");
+    let ok = faulty_arm("ok");
+    let bad = format!(
+        "cmd:{} --mode escape --pidfile {}",
+        faulty_server().display(),
+        pidfile.display()
+    );
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &bad], 6, &[]);
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("the fixture left a daemon")
+        .trim()
+        .parse()
+        .unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z"),
+        "the daemon {pid} outlived the comparison: {stat}"
+    );
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&pidfile.display().to_string()))
+        .collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    assert!(!report["environment"]["containment"]
+        .as_str()
+        .unwrap()
+        .starts_with("warning"));
+}
+
+/// A server that prints every environment it can reach sees no key, and
+/// what it printed reaches no output of ratchet with one in it.
+#[test]
+fn a_server_sees_no_key_and_its_output_carries_none() {
+    let _g = exclusive();
+    let key = "sk-ratchet-test-0123456789abcdef";
+    let ws = temp_workspace("[trial]\nready_timeout_ms = 500\n");
+    let seen = ws.path().join("seen.txt");
+    let ok = faulty_arm("ok");
+    let bad = format!(
+        "cmd:{} --mode print_env --pidfile {}",
+        faulty_server().display(),
+        seen.display()
+    );
+    let (report, out) = compare_json_env(
+        &ws.path().join("harness.toml"),
+        &[&ok, &bad],
+        6,
+        &[],
+        &[("OPENAI_API_KEY", key), ("RATCHET_TEST_SECRET_TOKEN", key)],
+    );
+    let raw = std::fs::read_to_string(&seen).expect("the fixture wrote what it saw");
+    assert!(raw.contains("env: PATH="), "{raw}");
+    assert!(raw.contains("parent env:"), "{raw}");
+    assert!(!raw.contains(key), "the server saw the key:\n{raw}");
+    let detail = arm(&report, 1)["gate"]["detail"].to_string();
+    assert!(detail.contains("env: PATH="), "{detail}");
+    for text in [
+        report.to_string(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    ] {
+        assert!(!text.contains(key), "the key reached ratchet's output");
+    }
 }
 
 #[test]
@@ -145,18 +301,25 @@ fn a_server_that_never_listens_fails_with_its_stderr() {
 }
 
 #[test]
-fn a_port_held_by_another_process_is_not_mistaken_for_the_server() {
+fn a_listener_on_the_port_that_is_not_the_server_is_not_mistaken_for_it() {
     let _g = exclusive();
-    // The arm's "server" binds nothing itself and instead relies on a stale
-    // listener elsewhere; ratchet must not score the stale process.
-    let stale = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = stale.local_addr().unwrap().port();
-    let ws = temp_workspace("[trial]\nready_timeout_ms = 300\n");
+    // The arm's own process binds nothing: it starts a correct server in a
+    // session of its own (out of its process group) on the arm's port and
+    // sleeps. Something answers on the port, but not the arm's server; it
+    // must not be scored.
+    let ws = temp_workspace("[trial]\nready_timeout_ms = 500\n");
     let ok = faulty_arm("ok");
-    let impostor = format!("cmd:sleep 30; : {port}");
+    let impostor = format!(
+        "cmd:sh -c 'setsid {} --mode ok \"$@\" & exec sleep 30' sh",
+        faulty_server().display()
+    );
     let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &impostor], 6, &[]);
-    assert_eq!(arm(&report, 1)["gate"]["passed"], false);
-    drop(stale);
+    assert_eq!(arm(&report, 1)["gate"]["passed"], false, "{report}");
+    assert!(
+        reasons(&report, 1).contains(&"no_listen".to_string()),
+        "{:?}",
+        reasons(&report, 1)
+    );
 }
 
 #[test]

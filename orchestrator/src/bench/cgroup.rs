@@ -88,8 +88,12 @@ pub fn containment() -> &'static Containment {
 
 impl Containment {
     fn detect() -> Self {
-        let (v2_mount, v1) = mounts();
         let mut c = Containment::default();
+        if std::env::var("RATCHET_CGROUPS").is_ok_and(|v| v == "off") {
+            c.description = "no usable cgroup hierarchy (disabled by RATCHET_CGROUPS=off)".into();
+            return c;
+        }
+        let (v2_mount, v1) = mounts();
         let mut found = Vec::new();
         let mut missing = Vec::new();
         if let Some(m) = &v2_mount {
@@ -154,12 +158,12 @@ impl Containment {
     pub fn warning(&self) -> Option<String> {
         if self.v2.is_none() && self.cpuset_v1.is_none() && self.cpuacct_v1.is_none() {
             Some(format!(
-                "containment: {}; a process that leaves its process group escapes the trial",
+                "{}; a process that leaves its process group escapes the trial",
                 self.description
             ))
         } else if !self.v2_cpuset && self.cpuset_v1.is_none() {
             Some(format!(
-                "containment: {}; no cpuset confines servers to the SUT core (only affinity and the off-core check do)",
+                "{}; no cpuset confines servers to the SUT core (only affinity and the off-core check do)",
                 self.description
             ))
         } else {

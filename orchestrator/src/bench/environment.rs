@@ -87,8 +87,9 @@ pub fn fingerprint(
         governor: governor(plan.sut_core),
         containment: {
             let c = crate::bench::cgroup::containment();
-            c.warning()
-                .map_or(c.description.clone(), |w| format!("warning: {w}"))
+            c.warning().map_or(c.description.clone(), |w| {
+                format!("warning: containment: {w}")
+            })
         },
         control_source_sha256: control_source,
         treatment_source_sha256: treatment_source,

@@ -31,6 +31,8 @@ pub struct Rules {
     pub threshold: f64,
     pub suspicious_gain: f64,
     pub smoke_window: Duration,
+    /// See [`crate::config::CompareConfig::max_p99_factor`].
+    pub max_p99_factor: f64,
 }
 
 /// The coverage of each look's interval. The keep rule looks at most twice
@@ -260,6 +262,13 @@ fn measure_and_decide(
     j.verdict = verdict;
     if verdict == AttemptVerdict::Invalid {
         j.detail = Some("a gate failed during measurement".into());
+    }
+    if verdict.is_keep() {
+        let tail = keep::Tail::of(&samples, CANDIDATE, CHAMPION);
+        if let Some(reason) = tail.regression(rules.max_p99_factor) {
+            j.verdict = AttemptVerdict::LatencyRegression;
+            j.detail = Some(reason);
+        }
     }
     let cost = |arm: usize, label: &str| samples.arm_summary(arm, label).cost_per_connection.median;
     j.evidence = Some(Evidence {

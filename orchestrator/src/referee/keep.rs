@@ -6,6 +6,8 @@
 //! extended once too before it can be kept. A keep made in a duet must also
 //! survive its confirmation alone ([`unconfirmed`]).
 
+use crate::bench::samples::Samples;
+use crate::bench::trial::Measurement;
 use crate::referee::compare::Comparison;
 use crate::referee::verdict::{AttemptVerdict, Verdict};
 
@@ -50,6 +52,66 @@ pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bo
 /// larger than the servers alone do still stands; a true gain at the line is
 /// rejected only when the alone interval misses it, which its coverage
 /// bounds.
+/// Latency and throughput of a candidate and its champion, from the same
+/// measurement: the medians over its samples of each sample's p99 and rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tail {
+    pub candidate_p99_us: f64,
+    pub champion_p99_us: f64,
+    pub candidate_cps: f64,
+    pub champion_cps: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+impl Tail {
+    pub fn of(samples: &Samples, candidate: usize, champion: usize) -> Self {
+        let of = |arm: usize, f: fn(&Measurement) -> f64| {
+            median(
+                samples.trials[arm]
+                    .iter()
+                    .filter(|m| m.gate.passed)
+                    .map(f)
+                    .collect(),
+            )
+        };
+        Self {
+            candidate_p99_us: of(candidate, |m| m.latency_us.p99),
+            champion_p99_us: of(champion, |m| m.latency_us.p99),
+            candidate_cps: of(candidate, |m| m.throughput_cps),
+            champion_cps: of(champion, |m| m.throughput_cps),
+        }
+    }
+
+    /// Why a keep is rejected for its latency: a p99 more than `factor`
+    /// times the champion's. A server that waits on a timer to batch its
+    /// work spends less CPU per connection and makes every client wait.
+    pub fn regression(&self, factor: f64) -> Option<String> {
+        (self.champion_p99_us > 0.0 && self.candidate_p99_us > factor * self.champion_p99_us)
+            .then(|| {
+                format!(
+                    "latency regression: p99 {:.0} us is {:.2}x the champion's {:.0} us (compare.max_p99_factor {factor}); throughput {:.0} vs {:.0} conn/s",
+                    self.candidate_p99_us,
+                    self.candidate_p99_us / self.champion_p99_us,
+                    self.champion_p99_us,
+                    self.candidate_cps,
+                    self.champion_cps
+                )
+            })
+    }
+}
+
 pub fn unconfirmed(duet_median: f64, alone: &Comparison, threshold: f64) -> Option<String> {
     let [lo, hi] = match (alone.verdict, alone.ratio_ci95) {
         (Verdict::Invalid, _) | (_, None) => {
@@ -73,6 +135,20 @@ mod tests {
 
     fn cmp(median: f64, lo: f64, hi: f64) -> Comparison {
         Comparison::judged(median, lo, hi, 0.03)
+    }
+
+    #[test]
+    fn a_p99_beyond_the_factor_is_a_regression_and_within_it_is_not() {
+        let mut t = Tail {
+            candidate_p99_us: 1900.0,
+            champion_p99_us: 1000.0,
+            candidate_cps: 900.0,
+            champion_cps: 1000.0,
+        };
+        assert_eq!(t.regression(2.0), None);
+        t.candidate_p99_us = 2100.0;
+        let why = t.regression(2.0).unwrap();
+        assert!(why.contains("2.10x"), "{why}");
     }
 
     #[test]

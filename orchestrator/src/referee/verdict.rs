@@ -36,6 +36,9 @@ pub enum AttemptVerdict {
     Keep,
     /// Measured, and not better by the threshold.
     Discard,
+    /// Better by the threshold, but its p99 latency beyond
+    /// `compare.max_p99_factor` times the champion's: CPU bought with waiting.
+    LatencyRegression,
     /// A gate failed: the smoke run or the measurement broke the contract.
     Invalid,
     BuildFailed,
@@ -59,6 +62,7 @@ impl AttemptVerdict {
         match self {
             AttemptVerdict::Keep => "keep",
             AttemptVerdict::Discard => "discard",
+            AttemptVerdict::LatencyRegression => "latency_regression",
             AttemptVerdict::Invalid => "invalid",
             AttemptVerdict::BuildFailed => "build_failed",
             AttemptVerdict::NoOp => "no_op",

@@ -358,6 +358,7 @@ impl Replayer<'_> {
         let rules = Rules {
             threshold: config.compare.threshold,
             suspicious_gain: config.run.suspicious_gain,
+            max_p99_factor: config.compare.max_p99_factor,
             smoke_window: Duration::from_millis(config.run.smoke_window_ms),
         };
         let mut stages = ReplayStages {

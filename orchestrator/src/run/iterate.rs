@@ -71,6 +71,7 @@ impl Loop<'_> {
         Rules {
             threshold: self.config().compare.threshold,
             suspicious_gain: self.config().run.suspicious_gain,
+            max_p99_factor: self.config().compare.max_p99_factor,
             smoke_window: Duration::from_millis(self.config().run.smoke_window_ms),
         }
     }

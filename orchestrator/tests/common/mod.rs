@@ -67,8 +67,20 @@ pub fn compare_json(
     blocks: usize,
     extra: &[&str],
 ) -> (Value, Output) {
+    compare_json_env(config, arms, blocks, extra, &[])
+}
+
+/// [`compare_json`] with extra environment variables for ratchet.
+pub fn compare_json_env(
+    config: &Path,
+    arms: &[&str],
+    blocks: usize,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Value, Output) {
     let mut cmd = Command::new(ratchet());
-    cmd.arg("--config")
+    cmd.envs(env.iter().copied())
+        .arg("--config")
         .arg(config)
         .arg("compare")
         .args(arms)
