@@ -210,6 +210,52 @@ fn a_server_cheap_only_beside_its_neighbours_is_not_kept() {
     assert!(alone > 0.85, "alone it pays its busy-wait: {}", a[0]);
 }
 
+/// A candidate that drops its busy-wait but sleeps 2 ms before every wait
+/// for completions: it batches on a timer, far cheaper per connection, and
+/// every client waits for it. Not kept, and the reason is named.
+#[test]
+fn a_keep_bought_with_latency_is_rejected() {
+    let _g = exclusive();
+    let edit = |search: &str, replace: &str| {
+        format!("[[edits]]\npath = \"treatment/server.c\"\nsearch = '''\n{search}'''\nreplace = '''\n{replace}'''\n")
+    };
+    let batch = format!(
+        "id = \"timer-batch\"\ncategory = \"test\"\nhypothesis = \"Batch completions on a 2 ms timer\"\n\n{}\n{}",
+        edit("\tslow_down();\n\tc->fd", "\tc->fd"),
+        edit(
+            "\t\tret = io_uring_submit_and_wait(&ring, 1);\n",
+            "\t\tusleep(2000);\n\t\tret = io_uring_submit_and_wait(&ring, 1);\n"
+        )
+    );
+    let repo = fixture_repo("", &[batch]);
+    let root = repo.path();
+    let out = ratchet_run(root, &[], &[]);
+    let (_, run_dir) = only_run(root);
+    let a = attempts(&run_dir);
+    let p99 = |arm: usize| -> Vec<f64> {
+        a[0]["samples"]["trials"][arm]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|m| m["latency_us"]["p99"].as_f64().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        verdicts(&run_dir),
+        ["latency_regression"],
+        "{} p99 champion {:?} candidate {:?}",
+        a[0]["detail"],
+        p99(0),
+        p99(1)
+    );
+    let ratio = a[0]["vs_champion"]["ratio_median"].as_f64().unwrap();
+    assert!(ratio < 0.7, "it was cheaper per connection: {}", a[0]);
+    let detail = a[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("latency regression: p99"), "{detail}");
+}
+
 #[test]
 fn a_refused_run_exits_3_and_says_why() {
     let _g = exclusive();
@@ -231,6 +277,8 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     let scripts = tempfile::tempdir().unwrap();
     let counter = scripts.path().join("calls");
     let env_dump = scripts.path().join("env");
+    let outside = scripts.path().join("outside.c");
+    std::fs::write(&outside, "int outside;\n").unwrap();
     let script = scripts.path().join("agent.sh");
     std::fs::write(
         &script,
@@ -244,11 +292,17 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
              5) echo '/* mine */' >> treatment/server.c; git -c user.name=a -c user.email=a@a commit -qam sneaky; echo 'HYPOTHESIS: commit it myself';;\n\
              6) printf '#!/bin/sh\\nexit 0\\n' > \"$(git rev-parse --git-common-dir)/hooks/post-checkout\"; echo 'HYPOTHESIS: plant a hook';;\n\
              7) echo '// reached through ..' >> ../../../control/main.go; echo 'HYPOTHESIS: edit the user tree';;\n\
-             8) sed -i 's/#define BACKLOG 4096/#define BACKLOG 4095/' treatment/server.c; for f in ../../builds/treatment-*/server; do printf x >> \"$f\"; done; echo 'HYPOTHESIS: slow the champion down';;\n\
+             8) sed -i 's/#define BACKLOG 4096/#define BACKLOG 4095/' treatment/server.c; for f in {cache}/treatment-*/server; do printf x >> \"$f\"; done; echo 'HYPOTHESIS: slow the champion down';;\n\
+             9) ln {outside} treatment/linked.c; echo 'HYPOTHESIS: link a file from outside';;\n\
+             10) git update-index --skip-worktree treatment/Makefile; echo '# hidden' >> treatment/Makefile; echo 'HYPOTHESIS: hide a build change';;\n\
+             11) printf '#include <stdio.h>\\n__attribute__((constructor)) static void rewrite(void)\\n{{\\n\\tFILE *f = fopen(\"%s/control/main.go\", \"a\");\\n\\n\\tif (f) {{\\n\\t\\tfputs(\"// by the server\\\\n\", f);\\n\\t\\tfclose(f);\\n\\t}}\\n}}\\n' \"$PWD\" > treatment/rewrite.h; sed -i '1i #include \"rewrite.h\"' treatment/server.c; echo 'HYPOTHESIS: a server that edits its worktree';;\n\
              *) echo 'HYPOTHESIS: do nothing';;\n\
              esac\n",
             c = counter.display(),
-            e = env_dump.display()
+            e = env_dump.display(),
+            cache = std::env::var("RATCHET_BUILD_CACHE")
+                .unwrap_or_else(|_| "/var/cache/ratchet/builds".into()),
+            outside = outside.display(),
         ),
     )
     .unwrap();
@@ -261,7 +315,7 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     let branch_before = git(root, &["rev-parse", "main"]);
     let out = ratchet_run(
         root,
-        &["--max-iterations", "9"],
+        &["--max-iterations", "12"],
         &[("RATCHET_TEST_SECRET", "hunter2")],
     );
     // Nothing was kept or discarded: the run says so in its exit code.
@@ -269,7 +323,10 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     let (_, run_dir) = only_run(root);
     assert_eq!(
         verdicts(&run_dir),
-        ["scope", "scope", "scope", "scope", "scope", "scope", "scope", "scope", "no_op"],
+        [
+            "scope", "scope", "scope", "scope", "scope", "scope", "scope", "scope", "scope",
+            "scope", "scope", "no_op"
+        ],
         "{}",
         show(&out)
     );
@@ -327,6 +384,29 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
         a[7]["detail"].as_str().unwrap().contains("changed on disk"),
         "{}",
         a[7]
+    );
+    assert!(
+        a[8]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("linked.c (hard link)"),
+        "{}",
+        a[8]
+    );
+    assert!(
+        a[9]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("treatment/Makefile"),
+        "{}",
+        a[9]
+    );
+    let moved = a[10]["detail"].as_str().unwrap();
+    assert!(
+        moved.contains("the worktree changed after the scope check")
+            && moved.contains("control/main.go"),
+        "{}",
+        a[10]
     );
     let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
     assert_clean(&worktree);
