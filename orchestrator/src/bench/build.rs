@@ -319,6 +319,82 @@ mod tests {
         assert_ne!(h1, hash_sources(d.path()).unwrap());
     }
 
+    /// A build that writes the source's first line as its "binary".
+    fn fake_build(src: &Path, cache: &Path) -> Built {
+        let src = src.to_path_buf();
+        cached_build(
+            "fake",
+            &src.clone(),
+            cache,
+            "server",
+            Duration::from_secs(10),
+            |out| {
+                let mut c = Command::new("sh");
+                c.arg("-c").arg(format!(
+                    "cp {} {}/server",
+                    src.join("main.c").display(),
+                    out.display()
+                ));
+                c
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_binary_planted_in_the_cache_is_rebuilt_not_used() {
+        let src = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("main.c"), "honest").unwrap();
+        let first = fake_build(src.path(), cache.path());
+        assert_eq!(std::fs::read_to_string(&first.binary).unwrap(), "honest");
+        // Replaced in place: the manifest no longer vouches for it.
+        std::fs::write(&first.binary, "planted").unwrap();
+        let again = fake_build(src.path(), cache.path());
+        assert_eq!(std::fs::read_to_string(&again.binary).unwrap(), "honest");
+        assert_eq!(again.binary_hash, first.binary_hash);
+        // Planted with no manifest at all: the same.
+        std::fs::remove_file(
+            cache
+                .path()
+                .join(format!("fake-{}.manifest.json", &first.source_hash[..16])),
+        )
+        .unwrap();
+        std::fs::write(&first.binary, "planted").unwrap();
+        let third = fake_build(src.path(), cache.path());
+        assert_eq!(std::fs::read_to_string(&third.binary).unwrap(), "honest");
+    }
+
+    /// A build or agent that leaves a daemon in a session of its own (out
+    /// of its process group) does not outlive its run: its cgroup goes.
+    #[test]
+    fn a_daemon_left_by_a_bounded_run_is_killed() {
+        if cgroup::containment()
+            .warning()
+            .is_some_and(|w| w.contains("no usable cgroup"))
+        {
+            eprintln!("skipped: no cgroups on this host");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(format!(
+            "setsid sh -c 'echo $$ > {}; exec sleep 30' & sleep 0.2; exit 0",
+            pidfile.display()
+        ));
+        let (status, _) = run_bounded(c, Duration::from_secs(10)).unwrap();
+        assert!(status.unwrap().success());
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z"),
+            "the daemon survived: {stat}"
+        );
+    }
+
     #[test]
     fn bounded_run_kills_the_whole_group_on_timeout() {
         let d = tempfile::tempdir().unwrap();
