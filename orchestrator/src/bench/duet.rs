@@ -29,8 +29,11 @@ use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::{LoadGen, LoadSnapshot, EVERY_TARGET};
 use crate::bench::meter::{MeterPlan, MeterReading};
+use crate::bench::procfs;
 use crate::bench::samples::{verify, Samples, Step};
-use crate::bench::trial::{failed_start, own_cpu, Latency, Measurement, TrialSettings};
+use crate::bench::trial::{
+    failed_start, own_cpu, unaccounted, Latency, Measurement, TrialSettings,
+};
 use crate::interrupt;
 
 /// The arm holding the load in each of `slices` slices of window `w`. Rounds
@@ -203,6 +206,8 @@ fn run_epoch(
     let mut gate_from: Vec<LoadSnapshot> = vec![LoadSnapshot::default(); n];
     let mut l0: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
     let mut cpu0 = own_cpu();
+    // The core's idle time is read with the instant it covers up to.
+    let mut idle0 = (Instant::now(), procfs::cpu_idle_us(plan.sut_core));
     for w in 0..windows {
         load.resume();
         on_window(w);
@@ -231,8 +236,15 @@ fn run_epoch(
             .collect();
         let elapsed = t0.elapsed();
         let cpu1 = own_cpu();
+        let idle1 = (Instant::now(), procfs::cpu_idle_us(plan.sut_core));
         let m1: Vec<Option<MeterReading>> =
             lives.iter_mut().map(Live::read).collect::<Result<_>>()?;
+        let on_sut: u64 = m0
+            .iter()
+            .zip(&m1)
+            .filter_map(|(a, b)| Some(b.as_ref()?.delta(a.as_ref()?)))
+            .map(|d| d.task_clock_ns - d.off_core_ns.min(d.task_clock_ns))
+            .sum();
         let l1: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
         if w + 1 == windows {
             load.set_measuring(false);
@@ -241,6 +253,11 @@ fn run_epoch(
             elapsed,
             generator_cpu_s: (cpu1 - cpu0).as_secs_f64(),
             live_arms: live.len(),
+            sut_unaccounted: unaccounted(
+                idle1.0 - idle0.0,
+                idle1.1.zip(idle0.1).map(|(b, a)| b.saturating_sub(a)),
+                on_sut,
+            ),
         };
         for i in 0..n {
             let (Some(a), Some(b)) = (&m0[i], &m1[i]) else {
@@ -268,6 +285,7 @@ fn run_epoch(
         gate_from = l1.clone();
         l0 = l1;
         cpu0 = cpu1;
+        idle0 = idle1;
     }
     // The drain: every connection started is judged, and counts against the
     // last window's gate of its arm. Latency is per epoch.
@@ -310,6 +328,7 @@ struct Window {
     elapsed: Duration,
     generator_cpu_s: f64,
     live_arms: usize,
+    sut_unaccounted: Option<f64>,
 }
 
 impl Window {
@@ -337,6 +356,7 @@ impl Window {
             context_switches_per_connection: per_conn(meter.context_switches),
             sut_busy: meter.task_clock_ns as f64 / (active_s * 1e9),
             generator_busy: self.generator_cpu_s / window_s / load_cores,
+            sut_unaccounted: self.sut_unaccounted,
             meter_delta: meter,
             slice_costs: vec![],
         }

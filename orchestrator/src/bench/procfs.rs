@@ -99,6 +99,38 @@ fn registered_sockets(fdinfo: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Time `cpu` has spent idle, in µs: the sum over its cpuidle states (µs
+/// resolution), or where the kernel has no cpuidle, `/proc/stat`'s idle and
+/// iowait (clock-tick resolution, 10 ms at the usual 100 Hz).
+pub fn cpu_idle_us(cpu: usize) -> Option<u64> {
+    let states = format!("/sys/devices/system/cpu/cpu{cpu}/cpuidle");
+    if let Ok(dir) = fs::read_dir(&states) {
+        let mut total = 0u64;
+        let mut any = false;
+        for e in dir.flatten() {
+            if let Ok(t) = fs::read_to_string(e.path().join("time")) {
+                total += t.trim().parse::<u64>().ok()?;
+                any = true;
+            }
+        }
+        if any {
+            return Some(total);
+        }
+    }
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&format!("cpu{cpu}")))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let ticks = f.get(3)? + f.get(4).copied().unwrap_or(0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1_000_000 / hz)
+}
+
 /// True when a process of group `pgid` holds a socket listening on `port`:
 /// the arm's own server, never a stale process that happens to hold the port.
 pub fn group_listens_on(pgid: i32, port: u16) -> bool {
@@ -123,6 +155,14 @@ mod tests {
     fn registered_sockets_are_read_from_a_rings_fdinfo() {
         let info = "pos:\t0\nflags:\t02000002\nSqMask:\t0x7f\nUserFiles:\t3\n    0: socket:[777]\n    2: socket:[778]\n    5: /tmp/x\nUserBufs:\t0\n";
         assert_eq!(registered_sockets(info), vec![777, 778]);
+    }
+
+    #[test]
+    fn an_idle_cpu_accumulates_idle_time() {
+        let a = cpu_idle_us(0).expect("cpu0 idle time");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let b = cpu_idle_us(0).unwrap();
+        assert!(b >= a);
     }
 
     #[test]

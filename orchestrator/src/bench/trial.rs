@@ -15,6 +15,7 @@ use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
+use crate::bench::procfs;
 use crate::config::{Config, DuetLoad, GateConfig, Schedule};
 use crate::interrupt;
 
@@ -138,6 +139,11 @@ pub struct Measurement {
     /// 1.0 means the generator, not the server, was the limit.
     pub generator_busy: f64,
     pub meter_delta: MeterReading,
+    /// The share of the SUT core's busy time in the window that no arm's
+    /// counters account for (kernel threads, interrupts, other processes):
+    /// what the per-arm costs leave out.
+    #[serde(default)]
+    pub sut_unaccounted: Option<f64>,
     /// Cost per connection in consecutive slices of the window: shows whether
     /// a trial's cost was steady or moved within the window.
     #[serde(default)]
@@ -146,6 +152,14 @@ pub struct Measurement {
 
 /// Length of one slice of the measured window (see `slice_costs`).
 const SLICE: Duration = Duration::from_millis(250);
+
+/// The share of the SUT core's busy time over `elapsed` that the arms' own
+/// SUT time (`on_sut_ns`, summed) does not cover; None when the core's idle
+/// time cannot be read or the core was never busy.
+pub fn unaccounted(elapsed: Duration, idle_us: Option<u64>, on_sut_ns: u64) -> Option<f64> {
+    let busy_ns = (elapsed.as_nanos() as f64 - idle_us? as f64 * 1e3).max(0.0);
+    (busy_ns > 0.0).then(|| ((busy_ns - on_sut_ns as f64) / busy_ns).clamp(0.0, 1.0))
+}
 
 /// CPU time this process has used, user + system.
 pub fn own_cpu() -> Duration {
@@ -201,6 +215,7 @@ pub fn run_trial(
 
     load.set_measuring(true);
     let cpu0 = own_cpu();
+    let idle0 = procfs::cpu_idle_us(plan.sut_core);
     let t0 = Instant::now();
     let m0 = running.read()?;
     let l0 = load.snapshot(0);
@@ -222,6 +237,7 @@ pub fn run_trial(
     }
     let elapsed = t0.elapsed();
     let cpu1 = own_cpu();
+    let idle1 = procfs::cpu_idle_us(plan.sut_core);
     load.set_measuring(false);
 
     let totals = load.finish().remove(0);
@@ -267,7 +283,29 @@ pub fn run_trial(
         context_switches_per_connection: per_conn(meter.context_switches),
         sut_busy: meter.task_clock_ns as f64 / elapsed.as_nanos() as f64,
         generator_busy: (cpu1 - cpu0).as_secs_f64() / window_s / load_cores,
+        sut_unaccounted: unaccounted(
+            elapsed,
+            idle1.zip(idle0).map(|(b, a)| b.saturating_sub(a)),
+            meter.task_clock_ns - meter.off_core_ns.min(meter.task_clock_ns),
+        ),
         meter_delta: meter,
         slice_costs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unaccounted_share_is_busy_time_no_arm_ran() {
+        // 1 s window, 400 ms idle: 600 ms busy, of which arms ran 450 ms.
+        let s = unaccounted(Duration::from_secs(1), Some(400_000), 450_000_000).unwrap();
+        assert!((s - 0.25).abs() < 1e-9, "{s}");
+        assert_eq!(unaccounted(Duration::from_secs(1), None, 1), None);
+        assert_eq!(
+            unaccounted(Duration::from_secs(1), Some(1_000_000), 0),
+            None
+        );
+    }
 }

@@ -134,6 +134,21 @@ pub fn compare_table(r: &CompareReport) -> String {
             c.verdict.name()
         );
     }
+    let mut unaccounted: Vec<f64> = r
+        .trials
+        .iter()
+        .flatten()
+        .filter_map(|t| t.sut_unaccounted)
+        .collect();
+    if !unaccounted.is_empty() {
+        unaccounted.sort_by(f64::total_cmp);
+        out += &format!(
+            "\nSUT core: {:.1}% of its busy time (median over samples, range {:.1}-{:.1}%) ran in no arm: kernel threads, interrupts, other processes\n",
+            100.0 * unaccounted[unaccounted.len() / 2],
+            100.0 * unaccounted[0],
+            100.0 * unaccounted[unaccounted.len() - 1]
+        );
+    }
     let busy = r.arms.iter().map(|a| a.generator_busy).fold(0.0, f64::max);
     let sut = r.arms.iter().map(|a| a.sut_busy).fold(0.0, f64::max);
     if busy > 0.9 && sut < 0.9 {
