@@ -245,10 +245,11 @@ fn a_keep_bought_with_latency_is_rejected() {
     assert_eq!(
         verdicts(&run_dir),
         ["latency_regression"],
-        "{} p99 champion {:?} candidate {:?}",
+        "{} p99 champion {:?} candidate {:?}\n{}",
         a[0]["detail"],
         p99(0),
-        p99(1)
+        p99(1),
+        show(&out)
     );
     let ratio = a[0]["vs_champion"]["ratio_median"].as_f64().unwrap();
     assert!(ratio < 0.7, "it was cheaper per connection: {}", a[0]);
