@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::bench::arm::Arm;
 use crate::bench::contract::Failure;
 use crate::bench::gate::{self, GateEvidence};
-use crate::bench::launch::{free_port, RunningServer};
+use crate::bench::launch::{free_port, RunningServer, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSnapshot, EVERY_TARGET};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
@@ -62,10 +62,6 @@ pub fn slice_sequence(
     out.truncate(slices);
     out
 }
-
-/// How long an arm may take to close what it still holds once every
-/// client is done (a close under way); longer is deferred teardown.
-pub const CLOSE_WAIT: Duration = Duration::from_millis(50);
 
 /// One arm's server during an epoch.
 struct Live {
@@ -274,8 +270,6 @@ fn run_epoch(
                 alive: lives[i].alive,
                 off_core_ns: meter.off_core_ns,
                 held_connections: held[i],
-                cgroup_ns: meter.cgroup_ns,
-                task_clock_ns: meter.task_clock_ns,
                 start_error: None,
             };
             trials[i].push(window.measurement(meter, &evidence[i], s));

@@ -25,6 +25,10 @@ use crate::bench::meter::{MeterPlan, MeterReading, ServerCounters};
 use crate::bench::procfs;
 use crate::bench::secrets;
 
+/// How long a server may take to close what it still holds once every
+/// client is done (a close under way); longer is deferred teardown.
+pub const CLOSE_WAIT: Duration = Duration::from_millis(50);
+
 /// A runnable server: ratchet appends `--port N`.
 #[derive(Clone, Debug)]
 pub struct ServerCommand {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::bench::launch::{free_port, RunningServer, ServerCommand};
 use crate::bench::loadgen::LoadGen;
 use crate::bench::meter::MeterPlan;
+use crate::bench::secrets;
 use crate::bench::trial::TrialSettings;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -119,7 +120,7 @@ pub fn record(
     std::thread::sleep(s.warmup.min(Duration::from_millis(500)));
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("perf.data");
-    let rec = Command::new("perf")
+    let rec = secrets::minimal_env(&mut Command::new("perf"))
         .args(["record", "-q", "-e", "cpu-clock", "-g", "-o"])
         .arg(&data)
         .args(["-p", &running.pid.to_string(), "--", "sleep"])
@@ -134,7 +135,7 @@ pub fn record(
             String::from_utf8_lossy(&rec.stderr).trim()
         );
     }
-    let rep = Command::new("perf")
+    let rep = secrets::minimal_env(&mut Command::new("perf"))
         .args([
             "report",
             "--stdio",

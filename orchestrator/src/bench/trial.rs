@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
-use crate::bench::launch::{free_port, RunningServer, ServerCommand};
+use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
@@ -242,7 +242,7 @@ pub fn run_trial(
 
     let totals = load.finish().remove(0);
     alive &= running.alive();
-    let held_connections = running.held_connections(crate::bench::duet::CLOSE_WAIT);
+    let held_connections = running.held_connections(CLOSE_WAIT);
     running.stop(s.stop_grace)?;
 
     let meter = m1.delta(&m0);
@@ -256,8 +256,6 @@ pub fn run_trial(
         // Off-core work anywhere in the trial, warm-up included.
         off_core_ns: m1.off_core_ns,
         held_connections,
-        cgroup_ns: meter.cgroup_ns,
-        task_clock_ns: meter.task_clock_ns,
         start_error: None,
     };
     // A connection still hanging after the drain deadline never completed.
