@@ -152,32 +152,10 @@ impl Loop<'_> {
 
     fn build_champion(&self) -> Result<Arm> {
         let head = self.git.repo.head()?.peel_to_tree()?.id();
-        self.build_tree(head, "champion")
+        self.session
+            .workspace
+            .prepare_tree(&self.git.repo, head, "champion")
             .context("building the champion")
-    }
-
-    /// Builds the treatment of a committed `tree`, exported beside the
-    /// worktree (outside it) at the same path for every build of the run:
-    /// the source's path is compiled in, so two trees that differ only in
-    /// a comment still build to the same binary (a `no_op`).
-    fn build_tree(&self, tree: git2::Oid, label: &str) -> Result<Arm> {
-        let mut dir = self.git.path.clone().into_os_string();
-        dir.push(".build");
-        let dir = PathBuf::from(dir).join(&self.config().paths.treatment);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
-        }
-        std::fs::create_dir_all(&dir)?;
-        crate::bench::source::export_tree_subdir(
-            &self.git.repo,
-            tree,
-            &self.config().paths.treatment,
-            &dir,
-        )?;
-        Ok(built_arm(
-            label,
-            self.session.workspace.build_treatment_at(&dir)?,
-        ))
     }
 
     /// Measures `blocks` more blocks of `arms` into `samples`, showing the
