@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 use crate::bench::contract::Contract;
+use crate::bench::ration::SaturationConfig;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -20,6 +21,7 @@ pub struct Config {
     pub meter: MeterConfig,
     pub compare: CompareConfig,
     pub duet: DuetConfig,
+    pub saturation: SaturationConfig,
     pub build: BuildConfig,
     pub paths: PathsConfig,
     pub run: RunConfig,
@@ -437,6 +439,24 @@ impl Config {
             1000.0,
         )?;
         range("compare.threshold", self.compare.threshold, 0.0, 0.99)?;
+        range(
+            "saturation.generator_target",
+            self.saturation.generator_target,
+            0.05,
+            0.95,
+        )?;
+        range(
+            "saturation.min_allotment_used",
+            self.saturation.min_allotment_used,
+            0.0,
+            1.0,
+        )?;
+        range(
+            "saturation.probe_ms",
+            self.saturation.probe_ms as f64,
+            100.0,
+            60_000.0,
+        )?;
         range(
             "compare.max_p99_factor",
             self.compare.max_p99_factor,

@@ -94,7 +94,7 @@ pub fn run_bounded(
     timeout: Duration,
 ) -> Result<(Option<std::process::ExitStatus>, String)> {
     let label = cmd.get_program().to_string_lossy().to_string();
-    let mut cgroup = Cgroup::create(&label, None)?;
+    let mut cgroup = Cgroup::create(&label, None, None)?;
     let join = cgroup.join_paths();
     let mut log = tempfile::tempfile()?;
     cmd.stdin(Stdio::null())

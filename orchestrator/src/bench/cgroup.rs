@@ -29,6 +29,11 @@ pub struct Containment {
     cpuset_v1: Option<PathBuf>,
     /// `ratchet/` in the v1 cpuacct hierarchy.
     cpuacct_v1: Option<PathBuf>,
+    /// Whether the cgroup2 `ratchet/` delegates the cpu controller
+    /// (`cpu.max`, bandwidth control).
+    v2_cpu: bool,
+    /// `ratchet/` in the v1 cpu hierarchy (`cpu.cfs_quota_us`).
+    cpu_v1: Option<PathBuf>,
     /// What was found, for `doctor` and every result.
     pub description: String,
 }
@@ -70,6 +75,57 @@ fn parent_in(mount: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Whether cgroup2 controller `name` is usable under `dir`: only when every
+/// level above delegates it (on a hybrid host there is none).
+fn delegate(mount: &Path, dir: &Path, name: &str) -> bool {
+    read(&mount.join("cgroup.controllers"))
+        .map(|s| s.split_whitespace().any(|c| c == name))
+        .unwrap_or(false)
+        && write(&mount.join("cgroup.subtree_control"), &format!("+{name}")).is_ok()
+        && write(&dir.join("cgroup.subtree_control"), &format!("+{name}")).is_ok()
+}
+
+/// Removes the cgroups a ratchet that died (SIGKILL: no destructor ran) left
+/// under `parent`: their names start with its pid. Whatever is still in one
+/// is killed first; a live ratchet's cgroups are left alone.
+fn sweep_dead(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() as i32 || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        remove_tree(&e.path());
+    }
+}
+
+/// Kills what is in `dir` and in every cgroup below it, and removes them,
+/// the deepest first (a cgroup with children cannot be removed).
+fn remove_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    for line in read(&dir.join("cgroup.procs")).unwrap_or_default().lines() {
+        if let Ok(p) = line.trim().parse::<i32>() {
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while std::fs::remove_dir(dir).is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A v1 cpuset cgroup accepts tasks only once its cpus and mems are set.
 fn inherit_cpuset(dir: &Path, from: &Path) -> Result<()> {
     for file in ["cpuset.cpus", "cpuset.mems"] {
@@ -99,18 +155,21 @@ impl Containment {
         if let Some(m) = &v2_mount {
             match parent_in(m) {
                 Ok(dir) => {
-                    // The cpuset controller is usable only when every level
-                    // above delegates it; on a hybrid host there is none.
-                    let delegated = read(&m.join("cgroup.controllers"))
-                        .map(|s| s.split_whitespace().any(|c| c == "cpuset"))
-                        .unwrap_or(false)
-                        && write(&m.join("cgroup.subtree_control"), "+cpuset").is_ok()
-                        && write(&dir.join("cgroup.subtree_control"), "+cpuset").is_ok();
-                    c.v2_cpuset = delegated;
+                    sweep_dead(&dir);
+                    c.v2_cpuset = delegate(m, &dir, "cpuset");
+                    c.v2_cpu = delegate(m, &dir, "cpu");
+                    let with: Vec<&str> = [(c.v2_cpuset, "cpuset"), (c.v2_cpu, "cpu")]
+                        .iter()
+                        .filter_map(|&(on, n)| on.then_some(n))
+                        .collect();
                     found.push(format!(
                         "cgroup2 at {}{}",
                         m.display(),
-                        if delegated { " with cpuset" } else { "" }
+                        if with.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" with {}", with.join(" and "))
+                        }
                     ));
                     c.v2 = Some(dir);
                 }
@@ -122,15 +181,27 @@ impl Containment {
             if has("cpuset") && !c.v2_cpuset && c.cpuset_v1.is_none() {
                 match parent_in(mount).and_then(|d| inherit_cpuset(&d, mount).map(|_| d)) {
                     Ok(d) => {
+                        sweep_dead(&d);
                         found.push(format!("cpuset v1 at {}", mount.display()));
                         c.cpuset_v1 = Some(d);
                     }
                     Err(e) => missing.push(format!("cpuset v1: {e:#}")),
                 }
             }
+            if has("cpu") && !c.v2_cpu && c.cpu_v1.is_none() {
+                match parent_in(mount) {
+                    Ok(d) => {
+                        sweep_dead(&d);
+                        found.push(format!("cpu v1 at {}", mount.display()));
+                        c.cpu_v1 = Some(d);
+                    }
+                    Err(e) => missing.push(format!("cpu v1: {e:#}")),
+                }
+            }
             if has("cpuacct") && c.cpuacct_v1.is_none() {
                 match parent_in(mount) {
                     Ok(d) => {
+                        sweep_dead(&d);
                         found.push(format!("cpuacct v1 at {}", mount.display()));
                         c.cpuacct_v1 = Some(d);
                     }
@@ -175,6 +246,119 @@ impl Containment {
     pub fn confines_cpu(&self) -> bool {
         self.v2_cpuset || self.cpuset_v1.is_some()
     }
+
+    /// Why a server's CPU cannot be rationed here (no cpu controller in
+    /// either hierarchy), or None where it can.
+    pub fn cannot_ration(&self) -> Option<String> {
+        if self.v2_cpu || self.cpu_v1.is_some() {
+            None
+        } else {
+            Some(format!(
+                "no cpu controller (neither cgroup2 cpu.max nor v1 cpu.cfs_quota_us) under {}",
+                self.description
+            ))
+        }
+    }
+}
+
+/// CPU bandwidth for one cgroup: at most `quota_us` of CPU time in every
+/// `period_us` ([`crate::bench::ration`] sizes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Allotment {
+    pub quota_us: u64,
+    pub period_us: u64,
+}
+
+impl Allotment {
+    /// The share of one CPU it allows.
+    pub fn share(&self) -> f64 {
+        self.quota_us as f64 / self.period_us.max(1) as f64
+    }
+}
+
+/// A cgroup under bandwidth control whose member servers share one quota:
+/// every arm of a measurement in it at once. The scheduler then shares the
+/// quota between them by equal weight, interleaving them symmetrically; a
+/// quota of each arm's own would give each a period timer of its own, and
+/// the arm whose timer fires first in each period would always run first
+/// (seen as a 1-2% bias in A/A comparisons).
+#[derive(Debug)]
+pub struct RationGroup {
+    /// Its cgroup2 directory (where cgroup2 rations) and its v1 cpu one.
+    v2: Option<PathBuf>,
+    cpu_v1: Option<PathBuf>,
+}
+
+impl RationGroup {
+    /// A group for `members` servers of `allotment` each; an error where
+    /// the host has no cpu controller.
+    pub fn create(allotment: Allotment, members: usize) -> Result<Self> {
+        let c = containment();
+        if let Some(why) = c.cannot_ration() {
+            bail!("cannot ration the servers' CPU: {why}");
+        }
+        let name = format!(
+            "{}-{}-ration",
+            std::process::id(),
+            SEQUENCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let quota = allotment.quota_us * members.max(1) as u64;
+        let period = allotment.period_us;
+        let mut g = RationGroup {
+            v2: None,
+            cpu_v1: None,
+        };
+        if let (Some(p), true) = (&c.v2, c.v2_cpu) {
+            let dir = p.join(&name);
+            std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            g.v2 = Some(dir.clone());
+            if c.v2_cpuset {
+                write(&dir.join("cgroup.subtree_control"), "+cpuset")?;
+            }
+            write(&dir.join("cpu.max"), &format!("{quota} {period}"))?;
+        } else if let Some(p) = &c.cpu_v1 {
+            let dir = p.join(&name);
+            std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            g.cpu_v1 = Some(dir.clone());
+            // The period first: a quota above the old period is refused.
+            write(&dir.join("cpu.cfs_period_us"), &period.to_string())?;
+            write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+        }
+        Ok(g)
+    }
+
+    fn stat(&self) -> PathBuf {
+        self.v2
+            .as_ref()
+            .or(self.cpu_v1.as_ref())
+            .expect("a ration group has a directory")
+            .join("cpu.stat")
+    }
+}
+
+impl Drop for RationGroup {
+    fn drop(&mut self) {
+        for dir in self.v2.iter().chain(&self.cpu_v1) {
+            remove_tree(dir);
+        }
+    }
+}
+
+/// Bandwidth-control periods a cgroup has seen, and how many of them it
+/// spent its whole quota in (it had work until the quota ran out).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Throttling {
+    pub periods: u64,
+    pub throttled: u64,
+}
+
+impl Throttling {
+    pub fn delta(&self, earlier: &Throttling) -> Throttling {
+        Throttling {
+            periods: self.periods.saturating_sub(earlier.periods),
+            throttled: self.throttled.saturating_sub(earlier.throttled),
+        }
+    }
 }
 
 /// One process tree's cgroup (one per hierarchy in use). Dropping it kills
@@ -188,6 +372,8 @@ pub struct Cgroup {
     /// Where CPU use is read: v1 cpuacct (ns) or cgroup2 `cpu.stat` (µs).
     usage: Option<Usage>,
     kill_file: Option<PathBuf>,
+    /// The `cpu.stat` that counts bandwidth periods, where rationed.
+    throttle_stat: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -200,8 +386,9 @@ static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
 impl Cgroup {
     /// A fresh cgroup named after `label`; with `cpu`, a cpuset confines it
-    /// to that CPU where the host allows.
-    pub fn create(label: &str, cpu: Option<usize>) -> Result<Self> {
+    /// to that CPU where the host allows; with `ration`, it is a member of
+    /// that group and shares its CPU allotment.
+    pub fn create(label: &str, cpu: Option<usize>, ration: Option<&RationGroup>) -> Result<Self> {
         let c = containment();
         let name = format!(
             "{}-{}-{}",
@@ -218,7 +405,9 @@ impl Cgroup {
             procs: Vec::new(),
             usage: None,
             kill_file: None,
+            throttle_stat: None,
         };
+
         let mut make = |parent: &Path| -> Result<PathBuf> {
             let dir = parent.join(&name);
             std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -228,7 +417,7 @@ impl Cgroup {
             )?);
             Ok(dir)
         };
-        if let Some(p) = &c.v2 {
+        if let Some(p) = ration.and_then(|r| r.v2.as_ref()).or(c.v2.as_ref()) {
             let dir = make(p)?;
             if let (true, Some(cpu)) = (c.v2_cpuset, cpu) {
                 write(&dir.join("cpuset.cpus"), &cpu.to_string())?;
@@ -250,6 +439,14 @@ impl Cgroup {
             let dir = make(p)?;
             g.usage = Some(Usage::CpuacctNs(dir.join("cpuacct.usage")));
         }
+        // In v1 every member joins the group itself: its tasks then compete
+        // as tasks, at the slice they ask for, not as group entities.
+        if let Some(p) = ration.and_then(|r| r.cpu_v1.as_ref()) {
+            g.procs.push(CString::new(
+                p.join("cgroup.procs").as_os_str().as_encoded_bytes(),
+            )?);
+        }
+        g.throttle_stat = ration.map(RationGroup::stat);
         Ok(g)
     }
 
@@ -273,6 +470,19 @@ impl Cgroup {
                 .ok()
                 .map(|us| us * 1000),
         }
+    }
+
+    /// The bandwidth periods so far, where the cgroup is rationed.
+    pub fn throttling(&self) -> Option<Throttling> {
+        let text = read(self.throttle_stat.as_ref()?).ok()?;
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+        };
+        Some(Throttling {
+            periods: field("nr_periods ")?,
+            throttled: field("nr_throttled ")?,
+        })
     }
 
     /// Every process now in the cgroup.
@@ -387,7 +597,7 @@ mod tests {
         }
         let d = tempfile::tempdir().unwrap();
         let pidfile = d.path().join("pid");
-        let mut g = Cgroup::create("test", None).unwrap();
+        let mut g = Cgroup::create("test", None, None).unwrap();
         let paths = g.join_paths();
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(format!(

@@ -24,6 +24,7 @@ use rand::SeedableRng;
 use std::time::{Duration, Instant};
 
 use crate::bench::arm::Arm;
+use crate::bench::cgroup::RationGroup;
 use crate::bench::contract::Failure;
 use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{free_port, RunningServer, CLOSE_WAIT};
@@ -132,6 +133,8 @@ fn run_epoch(
     on_window: &mut dyn FnMut(usize),
 ) -> Result<(Vec<Vec<Measurement>>, Vec<Vec<usize>>)> {
     let n = arms.len();
+    // Declared before the servers, so it is removed after them.
+    let group = s.ration.map(|a| RationGroup::create(a, n)).transpose()?;
     let mut lives: Vec<Live> = (0..n)
         .map(|_| Live {
             server: None,
@@ -143,7 +146,7 @@ fn run_epoch(
     for k in 0..n {
         let i = (k + epoch) % n;
         ports[i] = free_port()?;
-        match RunningServer::start(&arms[i].command, ports[i], plan) {
+        match RunningServer::start(&arms[i].command, ports[i], plan, group.as_ref()) {
             Ok(r) => lives[i].server = Some(r),
             Err(e) => lives[i].start_error = Some(format!("{e:#}")),
         }
@@ -249,6 +252,7 @@ fn run_epoch(
             elapsed,
             generator_cpu_s: (cpu1 - cpu0).as_secs_f64(),
             live_arms: live.len(),
+            shared: s.duet.shared,
             sut_unaccounted: unaccounted(
                 idle1.0 - idle0.0,
                 idle1.1.zip(idle0.1).map(|(b, a)| b.saturating_sub(a)),
@@ -322,6 +326,8 @@ struct Window {
     elapsed: Duration,
     generator_cpu_s: f64,
     live_arms: usize,
+    /// Every arm held its share of the clients all the window.
+    shared: bool,
     sut_unaccounted: Option<f64>,
 }
 
@@ -331,9 +337,13 @@ impl Window {
         let done = e.window_completed;
         let per_conn = |x: u64| (done > 0).then(|| x as f64 / done as f64);
         let window_s = self.elapsed.as_secs_f64();
-        // Each arm held the load for its share of the window (its share of
-        // the clients, when all are loaded at once).
-        let active_s = window_s / self.live_arms.max(1) as f64;
+        // In slices, each arm held the load for its share of the window;
+        // shared, every arm held its share of the clients all the window.
+        let active_s = if self.shared {
+            window_s
+        } else {
+            window_s / self.live_arms.max(1) as f64
+        };
         let load_cores = s.load_cores.len().max(1) as f64;
         Measurement {
             cost_per_connection: if gate.passed {
@@ -353,7 +363,9 @@ impl Window {
             sut_unaccounted: self.sut_unaccounted,
             meter_delta: meter,
             slice_costs: vec![],
+            ..Default::default()
         }
+        .with_saturation(&meter, self.elapsed, s)
     }
 }
 

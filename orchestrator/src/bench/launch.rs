@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::bench::cgroup::{self, Cgroup};
+use crate::bench::cgroup::{self, Cgroup, RationGroup};
 use crate::bench::meter::{MeterPlan, MeterReading, ServerCounters};
 use crate::bench::procfs;
 use crate::bench::secrets;
@@ -72,6 +72,41 @@ fn wait_readable(fd: i32, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) == 1 }
 }
 
+/// The scheduler slice of a server that shares a rationed group: with the
+/// default (a few ms), whichever arm the scheduler picks first after each
+/// throttle runs a whole slice and the other the rest of the quota, so the
+/// first-started arm took 1.2-1.4 times its share (measured); short slices
+/// interleave the arms finely, so they share the quota alike.
+const SHARED_SLICE_NS: u64 = 100_000;
+
+/// Asks for a custom fair-class slice (Linux 6.12 and later; older kernels
+/// refuse it and keep the default, which only costs fairness). Only a
+/// system call: safe between fork and exec.
+fn set_slice(ns: u64) {
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+    }
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice: 0,
+        priority: 0,
+        runtime: ns,
+        deadline: 0,
+        period: 0,
+    };
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+}
+
 /// A port nobody listens on right now. Another process could still take it
 /// before the server binds; [`RunningServer::wait_listening`] then refuses to
 /// mistake that process for the server, because it checks socket ownership.
@@ -88,7 +123,14 @@ pub fn free_port() -> Result<u16> {
 }
 
 impl RunningServer {
-    pub fn start(server: &ServerCommand, port: u16, plan: &MeterPlan) -> Result<Self> {
+    /// Starts `server` on `port`, metered by `plan`; with `ration`, it
+    /// shares that group's CPU allotment (the saturated regime).
+    pub fn start(
+        server: &ServerCommand,
+        port: u16,
+        plan: &MeterPlan,
+        ration: Option<&RationGroup>,
+    ) -> Result<Self> {
         if !server.program.is_file() {
             bail!("server program {} does not exist", server.program.display());
         }
@@ -100,8 +142,9 @@ impl RunningServer {
             .program
             .file_name()
             .map_or("server".into(), |n| n.to_string_lossy().to_string());
-        let cgroup = Cgroup::create(&label, Some(core))?;
+        let cgroup = Cgroup::create(&label, Some(core), ration)?;
         let join = cgroup.join_paths();
+        let slice_ns = ration.map(|_| SHARED_SLICE_NS);
         let mut command = Command::new(&server.program);
         secrets::minimal_env(&mut command);
         command
@@ -127,6 +170,9 @@ impl RunningServer {
                 libc::CPU_SET(core, &mut set);
                 if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(ns) = slice_ns {
+                    set_slice(ns);
                 }
                 let pid = libc::getpid();
                 libc::write(pid_w, &pid as *const i32 as *const libc::c_void, 4);
@@ -263,6 +309,7 @@ impl RunningServer {
     pub fn read(&mut self) -> Result<MeterReading> {
         let mut r = self.counters.read()?;
         r.cgroup_ns = self.cgroup.usage_ns();
+        r.throttling = self.cgroup.throttling();
         Ok(r)
     }
 

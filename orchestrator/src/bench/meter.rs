@@ -13,6 +13,7 @@ use perf_event::events::{Hardware, Software, Tracepoint};
 use perf_event::{Builder, Counter};
 use serde::{Deserialize, Serialize};
 
+use crate::bench::cgroup::Throttling;
 use crate::config::MeterChoice;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +117,10 @@ pub struct MeterReading {
     /// cross-check that nothing ran in it unmetered.
     #[serde(default)]
     pub cgroup_ns: Option<u64>,
+    /// Bandwidth periods of a rationed server's cgroup: how often it spent
+    /// its whole quota (see [`crate::bench::ration`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttling: Option<Throttling>,
 }
 
 impl MeterReading {
@@ -130,6 +135,10 @@ impl MeterReading {
                 .cgroup_ns
                 .zip(earlier.cgroup_ns)
                 .map(|(a, b)| a.saturating_sub(b)),
+            throttling: self
+                .throttling
+                .zip(earlier.throttling)
+                .map(|(a, b)| a.delta(&b)),
         }
     }
 }
@@ -211,6 +220,7 @@ impl ServerCounters {
             syscalls,
             off_core_ns: task_clock_ns.saturating_sub(on_sut),
             cgroup_ns: None,
+            throttling: None,
         })
     }
 }

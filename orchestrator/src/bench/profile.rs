@@ -114,7 +114,7 @@ pub fn record(
         bail!("perf not found: install the Debian package linux-perf");
     }
     let port = free_port()?;
-    let mut running = RunningServer::start(server, port, plan)?;
+    let mut running = RunningServer::start(server, port, plan, None)?;
     running.wait_listening(s.ready_timeout)?;
     let load = LoadGen::start(s.load_spec(&[port]))?;
     std::thread::sleep(s.warmup.min(Duration::from_millis(500)));

@@ -6,6 +6,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::bench::arm::Arm;
+use crate::bench::ration::RegimeRecord;
 use crate::bench::trial::Measurement;
 use crate::config::Schedule;
 
@@ -23,6 +24,11 @@ pub struct Samples {
     /// none, and were blocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
+    /// The regime every sample was measured in, sized once by the probe
+    /// before the first sample and kept for every extension; records older
+    /// than the saturated regime have none, and were idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regime: Option<RegimeRecord>,
 }
 
 /// A built binary no longer matches the hash it had when it was built: some
@@ -72,6 +78,7 @@ impl Samples {
             trials: vec![Vec::new(); arms],
             orders: Vec::new(),
             schedule: None,
+            regime: None,
         }
     }
 

@@ -10,6 +10,7 @@ use rand::SeedableRng;
 use crate::bench::arm::Arm;
 use crate::bench::duet;
 use crate::bench::meter::MeterPlan;
+use crate::bench::probe;
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::trial::{run_trial, TrialSettings};
 use crate::config::Schedule;
@@ -43,10 +44,27 @@ impl Samples {
         on_step: &mut dyn FnMut(Step<'_>),
     ) -> Result<()> {
         self.schedule = Some(settings.schedule);
+        if self.regime.is_none() {
+            self.regime = Some(probe::regime(arms, plan, settings)?);
+        }
+        let settings = &self.regime_settings(settings);
         match settings.schedule {
             Schedule::Duet => duet::run_windows(self, arms, samples, seed, plan, settings, on_step),
             Schedule::Blocks => self.run_blocks(arms, samples, seed, plan, settings, on_step),
         }
+    }
+
+    /// `settings` in this measurement's regime: rationed servers, and a
+    /// duet that loads every arm at once. Slices would not do: a rationed
+    /// arm that loses the load still holds its backlog, and drains it in the
+    /// next arm's slice.
+    fn regime_settings(&self, settings: &TrialSettings) -> TrialSettings {
+        let mut s = settings.clone();
+        s.ration = self.regime.as_ref().and_then(|r| r.allotment);
+        if s.ration.is_some() {
+            s.duet.shared = true;
+        }
+        s
     }
 
     /// Runs `blocks` more blocks, in the order [`block_order`] gives.

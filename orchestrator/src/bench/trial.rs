@@ -10,12 +10,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bench::cgroup::{Allotment, RationGroup};
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
+use crate::bench::ration::{self, SaturationConfig};
 use crate::config::{Config, DuetLoad, GateConfig, Schedule};
 use crate::interrupt;
 
@@ -32,6 +34,10 @@ pub struct TrialSettings {
     pub contract: Arc<Contract>,
     pub schedule: Schedule,
     pub duet: DuetSettings,
+    pub saturation: SaturationConfig,
+    /// Every server's CPU allotment in the saturated regime, once sized
+    /// (see [`crate::bench::ration`]); None: not rationed.
+    pub ration: Option<Allotment>,
 }
 
 /// How the duet schedule slices its windows (see [`crate::bench::duet`]).
@@ -78,6 +84,8 @@ impl TrialSettings {
                 windows_per_epoch: config.duet.windows_per_epoch,
                 shared: config.duet.load == DuetLoad::Shared,
             },
+            saturation: config.saturation.clone(),
+            ration: None,
         }
     }
 }
@@ -148,6 +156,33 @@ pub struct Measurement {
     /// a trial's cost was steady or moved within the window.
     #[serde(default)]
     pub slice_costs: Vec<f64>,
+    /// In the saturated regime: the arm's CPU time on the SUT core over
+    /// what its allotment allowed in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allotment_used: Option<f64>,
+    /// The share of its bandwidth periods in which it spent its whole quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_share: Option<f64>,
+    /// Whether it had work the whole window (None: the idle regime, where
+    /// nothing is claimed). An unsaturated window is not scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturated: Option<bool>,
+}
+
+impl Measurement {
+    /// Records what `meter` over `elapsed` says of the arm's saturation.
+    pub fn with_saturation(
+        mut self,
+        meter: &MeterReading,
+        elapsed: Duration,
+        s: &TrialSettings,
+    ) -> Self {
+        let sat = ration::saturation(meter, elapsed, s.ration, s.saturation.min_allotment_used);
+        self.allotment_used = sat.allotment_used;
+        self.throttled_share = sat.throttled_share;
+        self.saturated = sat.saturated;
+        self
+    }
 }
 
 /// Length of one slice of the measured window (see `slice_costs`).
@@ -202,7 +237,8 @@ pub fn run_trial(
     s: &TrialSettings,
 ) -> Result<Measurement> {
     let port = free_port()?;
-    let mut running = match RunningServer::start(server, port, plan) {
+    let group = s.ration.map(|a| RationGroup::create(a, 1)).transpose()?;
+    let mut running = match RunningServer::start(server, port, plan, group.as_ref()) {
         Ok(r) => r,
         Err(e) => return Ok(failed_start(format!("{e:#}"), &s.gate)),
     };
@@ -288,7 +324,9 @@ pub fn run_trial(
         ),
         meter_delta: meter,
         slice_costs,
-    })
+        ..Default::default()
+    }
+    .with_saturation(&meter, elapsed, s))
 }
 
 #[cfg(test)]

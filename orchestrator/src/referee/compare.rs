@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::environment::Fingerprint;
 use crate::bench::gate::{self, GateResult};
 use crate::bench::meter::{MeterEvent, MeterPlan};
+use crate::bench::ration::RegimeRecord;
 use crate::bench::samples::Samples;
 use crate::bench::trial::{Latency, Measurement};
 use crate::config::Schedule;
@@ -24,11 +25,15 @@ pub fn ratio_so_far(samples: &Samples) -> Option<f64> {
 }
 
 impl Samples {
-    /// Block ratios cost(arm) / cost(baseline), over blocks where both passed.
+    /// Block ratios cost(arm) / cost(baseline), over blocks where both passed
+    /// and neither ran out of work: a sample in which an arm idled is not a
+    /// sample of the saturated regime, and is not scored.
     pub fn ratios(&self, arm: usize, baseline: usize) -> Vec<f64> {
+        let scored = |m: &Measurement| m.saturated != Some(false);
         self.trials[arm]
             .iter()
             .zip(&self.trials[baseline])
+            .filter(|(a, b)| scored(a) && scored(b))
             .filter_map(|(a, b)| Some(a.cost_per_connection? / b.cost_per_connection?))
             .collect()
     }
@@ -107,6 +112,10 @@ impl Samples {
             context_switches_per_connection: median_of(&|m| m.context_switches_per_connection),
             sut_busy: median_of(&|m| Some(m.sut_busy)).unwrap_or(0.0),
             generator_busy: median_of(&|m| Some(m.generator_busy)).unwrap_or(0.0),
+            generator_headroom: median_of(&|m| Some(1.0 - m.generator_busy)).unwrap_or(0.0),
+            allotment_used: median_of(&|m| m.allotment_used),
+            throttled_share: median_of(&|m| m.throttled_share),
+            unsaturated_samples: trials.iter().filter(|m| m.saturated == Some(false)).count(),
         }
     }
 }
@@ -126,9 +135,28 @@ pub struct ArmSummary {
     pub throughput_cps: f64,
     pub latency_us: Latency,
     pub syscalls_per_connection: Option<f64>,
+    /// Idle sleeps and thread hand-offs on the SUT core, per connection:
+    /// near 0 for a single-threaded server that always has work.
     pub context_switches_per_connection: Option<f64>,
+    /// The arm's CPU time over the time it held load: the whole window
+    /// when every arm is loaded at once (its share of the core), its own
+    /// slices in a sliced duet (above 1 where it works on after its slice
+    /// ends, draining its backlog in the next arm's slice).
     pub sut_busy: f64,
+    /// Share of the load cores ratchet itself used: near 1, the generator
+    /// is the limit.
     pub generator_busy: f64,
+    #[serde(default)]
+    pub generator_headroom: f64,
+    /// In the saturated regime: the median share of its allotment the arm
+    /// used, and of bandwidth periods in which it spent its whole quota.
+    #[serde(default)]
+    pub allotment_used: Option<f64>,
+    #[serde(default)]
+    pub throttled_share: Option<f64>,
+    /// Samples in which the arm ran out of work: not scored.
+    #[serde(default)]
+    pub unsaturated_samples: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -192,6 +220,10 @@ pub struct CompareReport {
     pub arms: Vec<ArmSummary>,
     pub comparisons: Vec<Comparison>,
     pub environment: Fingerprint,
+    /// The regime of every sample: saturated (rationed, with its
+    /// allotment) or idle (with the reason).
+    #[serde(default)]
+    pub regime: RegimeRecord,
     /// Every trial's raw measurement, `trials[arm][block]`.
     pub trials: Vec<Vec<Measurement>>,
 }
@@ -221,6 +253,9 @@ pub fn report(
             .map(|i| samples.compare(i, 0, threshold))
             .collect(),
         environment,
+        regime: samples.regime.clone().unwrap_or_else(|| {
+            RegimeRecord::idle("recorded before ratchet rationed servers".into())
+        }),
         trials: samples.trials.clone(),
     }
 }
@@ -250,6 +285,7 @@ mod tests {
             ],
             orders: vec![],
             schedule: None,
+            regime: None,
         }
     }
 

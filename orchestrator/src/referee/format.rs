@@ -102,8 +102,13 @@ pub fn compare_table(r: &CompareReport) -> String {
     if r.environment.containment.starts_with("warning") {
         out += &format!("{}\n\n", r.environment.containment);
     }
+    out += &format!("regime: {}\n", r.regime.describe());
+    if let Some(w) = &r.regime.warning {
+        out += &format!("warning: regime: {w}\n");
+    }
+    out += "\n";
     out += &format!(
-        "{:<w$} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8}\n",
+        "{:<w$} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>8} {:>7}\n",
         "arm",
         "gate",
         format!("{unit}/conn"),
@@ -113,12 +118,14 @@ pub fn compare_table(r: &CompareReport) -> String {
         "p99 us",
         "p99.9 us",
         "sysc/conn",
+        "cs/conn",
         "sut busy",
-        "gen busy"
+        "gen busy",
+        "allot"
     );
     for a in &r.arms {
         out += &format!(
-            "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7.0}% {:>7.0}%\n",
+            "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7} {:>7.0}% {:>7.0}% {:>7}\n",
             a.arm,
             if a.gate.passed { "pass" } else { "FAIL" },
             a.cost_per_connection.median,
@@ -128,9 +135,20 @@ pub fn compare_table(r: &CompareReport) -> String {
             a.latency_us.p99,
             a.latency_us.p999,
             opt(a.syscalls_per_connection, 2),
+            opt(a.context_switches_per_connection, 3),
             a.sut_busy * 100.0,
             a.generator_busy * 100.0,
+            a.allotment_used
+                .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
         );
+        if a.unsaturated_samples > 0 {
+            out += &format!(
+                "{:<w$} ran out of work in {} of {} samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored\n",
+                "",
+                a.unsaturated_samples,
+                r.blocks,
+            );
+        }
         if !a.gate.passed || !a.gate.reasons.is_empty() {
             out += &format!(
                 "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",

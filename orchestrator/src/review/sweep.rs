@@ -42,9 +42,11 @@ pub struct SweepRecord {
 }
 
 /// Which side limited a trial: the generator when its cores were saturated
-/// and the server's was not, the server when its core was saturated.
+/// and the server's was not, the server when its core was saturated or it
+/// had work through every sample of its allotment (the saturated regime).
 pub fn limit(a: &ArmSummary) -> &'static str {
-    if a.sut_busy >= SATURATED {
+    let rationed_busy = a.allotment_used.is_some() && a.unsaturated_samples == 0;
+    if a.sut_busy >= SATURATED || rationed_busy {
         "server"
     } else if a.generator_busy >= SATURATED {
         "generator"
@@ -245,6 +247,10 @@ mod tests {
             context_switches_per_connection: None,
             sut_busy: sut,
             generator_busy: generator,
+            generator_headroom: 1.0 - generator,
+            allotment_used: None,
+            throttled_share: None,
+            unsaturated_samples: 0,
         }
     }
 

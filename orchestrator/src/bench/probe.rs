@@ -1,0 +1,105 @@
+//! The probe that sizes the saturated regime's allotment (see
+//! [`crate::bench::ration`]): every arm at once, each rationed to the small
+//! [`ration::PROBE`] allotment and holding its share of the clients, for a
+//! fraction of a second. It reads each arm's busy cost per connection and
+//! how busy the generator was for the connections it drove.
+
+use anyhow::Result;
+use std::time::{Duration, Instant};
+
+use crate::bench::arm::Arm;
+use crate::bench::cgroup::{containment, RationGroup};
+use crate::bench::launch::{free_port, RunningServer};
+use crate::bench::loadgen::{LoadGen, EVERY_TARGET};
+use crate::bench::meter::MeterPlan;
+use crate::bench::ration::{self, Regime, RegimeRecord};
+use crate::bench::trial::{own_cpu, TrialSettings};
+use crate::interrupt;
+
+/// The regime `arms` will be measured in under `s`: the idle regime where
+/// it is asked for or rationing cannot be set up (with the reason), else
+/// the saturated regime with the allotment the probe sized.
+pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<RegimeRecord> {
+    if s.saturation.regime == Regime::Idle {
+        return Ok(RegimeRecord::idle(
+            "idle regime chosen (saturation.regime = \"idle\")".into(),
+        ));
+    }
+    if let Some(why) = containment().cannot_ration() {
+        return Ok(RegimeRecord::idle(format!(
+            "measured in the idle regime: {why}"
+        )));
+    }
+    let group = RationGroup::create(ration::PROBE, arms.len())?;
+    let mut servers: Vec<Option<RunningServer>> = Vec::with_capacity(arms.len());
+    let mut ports = Vec::with_capacity(arms.len());
+    for arm in arms {
+        let port = free_port()?;
+        ports.push(port);
+        let started = RunningServer::start(&arm.command, port, plan, Some(&group))
+            .and_then(|mut r| r.wait_listening(s.ready_timeout).map(|_| r));
+        servers.push(started.ok());
+    }
+    let load = LoadGen::start(s.load_spec(&ports))?;
+    load.set_live(&servers.iter().map(Option::is_some).collect::<Vec<_>>());
+    load.set_active(EVERY_TARGET);
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt::check()?;
+    let read = |servers: &mut Vec<Option<RunningServer>>| -> Vec<Option<u64>> {
+        servers
+            .iter_mut()
+            .map(|r| {
+                let m = r.as_mut()?.read().ok()?;
+                Some(m.task_clock_ns.saturating_sub(m.off_core_ns))
+            })
+            .collect()
+    };
+    let (t0, cpu0, m0) = (Instant::now(), own_cpu(), read(&mut servers));
+    let l0: Vec<u64> = (0..arms.len())
+        .map(|i| load.snapshot(i).completed)
+        .collect();
+    std::thread::sleep(Duration::from_millis(s.saturation.probe_ms));
+    let (m1, cpu1) = (read(&mut servers), own_cpu());
+    let l1: Vec<u64> = (0..arms.len())
+        .map(|i| load.snapshot(i).completed)
+        .collect();
+    let elapsed = t0.elapsed().as_secs_f64();
+    load.finish();
+    for server in servers.iter_mut().flatten() {
+        server.stop(s.stop_grace)?;
+    }
+    interrupt::check()?;
+
+    let done: Vec<u64> = l1.iter().zip(&l0).map(|(b, a)| b - a).collect();
+    let costs: Vec<Option<f64>> = (0..arms.len())
+        .map(|i| {
+            let cpu = m1[i]? - m0[i]?;
+            (done[i] > 0).then(|| cpu as f64 / done[i] as f64)
+        })
+        .collect();
+    let total: u64 = done.iter().sum();
+    let generator_busy = (cpu1 - cpu0).as_secs_f64() / elapsed / s.load_cores.len().max(1) as f64;
+    let known: Vec<f64> = costs.iter().flatten().copied().collect();
+    if known.is_empty() || total == 0 || generator_busy <= 0.0 {
+        return Ok(RegimeRecord {
+            regime: Regime::Saturated,
+            allotment: Some(ration::PROBE),
+            probe_costs: costs,
+            generator_capacity_cps: None,
+            warning: Some(
+                "the probe served no connection: every arm keeps the probe's own allotment".into(),
+            ),
+        });
+    }
+    let capacity = total as f64 / elapsed / generator_busy;
+    let in_flight = s.connections as f64 / arms.len().max(1) as f64;
+    let (allotment, warning) =
+        ration::size(&known, capacity, in_flight, s.saturation.generator_target);
+    Ok(RegimeRecord {
+        regime: Regime::Saturated,
+        allotment: Some(allotment),
+        probe_costs: costs,
+        generator_capacity_cps: Some(capacity),
+        warning,
+    })
+}

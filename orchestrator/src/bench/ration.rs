@@ -1,0 +1,264 @@
+//! The saturated regime: the referee measures what a busy server costs.
+//!
+//! One generator core cannot keep a server's core busy here: left alone, the
+//! server sleeps between arrivals and much of what is measured is the cost
+//! of sleeping and waking (0.73 context switches per connection for the
+//! vanilla treatment, about twice its busy cost), which moves with how the
+//! load arrives rather than with the code. So every server under test is
+//! rationed with CPU bandwidth control (v1 `cpu.cfs_quota_us`, or cgroup2
+//! `cpu.max`; see [`crate::bench::cgroup`]): a quota per period well under
+//! its demand, so a backlog builds while it is throttled and it always has
+//! work while it runs.
+//!
+//! The allotment is sized from a short probe ([`crate::bench::probe`]) of
+//! every arm at once: each arm's cost per connection and the generator's
+//! capacity give the share at which the generator keeps headroom, and the
+//! connections in flight per arm bound the quota, so the backlog a throttled
+//! server builds outlasts its next quota. Every window then checks what was
+//! assumed: the share of its allotment each arm used ([`Saturation`]).
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+use crate::bench::cgroup::Allotment;
+use crate::bench::meter::MeterReading;
+
+/// The kernel refuses a quota under 1 ms.
+pub const MIN_QUOTA_US: u64 = 1000;
+/// Longer bursts are closer to a server that never stops; beyond a few ms a
+/// one-second window holds too few periods to split evenly.
+pub const MAX_QUOTA_US: u64 = 3000;
+/// The kernel refuses a period over 1 s.
+const MAX_PERIOD_US: u64 = 1_000_000;
+/// The probe's own allotment: small enough that any server it has met is
+/// throttled with a backlog, so its costs are already the busy ones.
+pub const PROBE: Allotment = Allotment {
+    quota_us: 1000,
+    period_us: 20_000,
+};
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Regime {
+    /// Every server rationed so that it always has work: its busy cost.
+    #[default]
+    Saturated,
+    /// No rationing: servers sleep between arrivals when the generator is
+    /// the bottleneck (what ratchet measured before; an explicit option).
+    Idle,
+}
+
+/// `[saturation]` in harness.toml.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SaturationConfig {
+    pub regime: Regime,
+    /// How busy the probe sizes the generator to be: the rest is its
+    /// headroom, so the servers, not the generator, set the pace.
+    pub generator_target: f64,
+    /// A window in which an arm used less of its allotment than this ran out
+    /// of work: it is not scored as saturated.
+    pub min_allotment_used: f64,
+    /// How long the probe measures.
+    pub probe_ms: u64,
+}
+
+impl Default for SaturationConfig {
+    fn default() -> Self {
+        Self {
+            regime: Regime::Saturated,
+            generator_target: 0.65,
+            min_allotment_used: 0.85,
+            probe_ms: 600,
+        }
+    }
+}
+
+/// The regime a measurement ran in, recorded with it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct RegimeRecord {
+    pub regime: Regime,
+    /// Every arm's allotment (the same for all), in the saturated regime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allotment: Option<Allotment>,
+    /// What the probe measured: each arm's busy cost per connection in the
+    /// meter's unit (None for an arm that served nothing)...
+    #[serde(default)]
+    pub probe_costs: Vec<Option<f64>>,
+    /// ...and the connections per second the generator could drive at 100%
+    /// of its cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_capacity_cps: Option<f64>,
+    /// Why this measurement may not be in the saturated regime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl RegimeRecord {
+    pub fn idle(why: String) -> Self {
+        Self {
+            regime: Regime::Idle,
+            warning: Some(why),
+            ..Default::default()
+        }
+    }
+
+    /// One line for tables and logs.
+    pub fn describe(&self) -> String {
+        match (self.regime, self.allotment) {
+            (Regime::Saturated, Some(a)) => format!(
+                "saturated: every arm rationed to {} us per {} us ({:.1}% of the SUT core){}",
+                a.quota_us,
+                a.period_us,
+                a.share() * 100.0,
+                self.generator_capacity_cps
+                    .map(|g| format!(", generator capacity about {g:.0} conn/s"))
+                    .unwrap_or_default()
+            ),
+            _ => "idle: servers not rationed; they sleep between arrivals when the generator is the limit".into(),
+        }
+    }
+}
+
+/// The allotment for arms of busy costs `costs_ns` (per connection, in ns
+/// of CPU) under a generator that drives `capacity_cps` connections per
+/// second at full load, with `in_flight` connections per arm, and why it
+/// cannot saturate where it cannot.
+///
+/// Every arm gets the same share f: the arms together then complete
+/// f * sum(1/c) connections per second, which is held to `target` of the
+/// generator's capacity, and to 90% of the core. The quota is as long as
+/// the backlog allows: a throttled arm holds at most `in_flight`
+/// connections, worth in_flight * c of its CPU, and that must outlast its
+/// next quota twice over, or it drains and sleeps.
+pub fn size(
+    costs_ns: &[f64],
+    capacity_cps: f64,
+    in_flight: f64,
+    target: f64,
+) -> (Allotment, Option<String>) {
+    let arms = costs_ns.len().max(1) as f64;
+    let rate_per_share: f64 = costs_ns.iter().map(|c| 1e9 / c.max(1.0)).sum();
+    let share = (target * capacity_cps / rate_per_share.max(1e-9))
+        .min(0.9 / arms)
+        .max(1e-4);
+    let cheapest = costs_ns.iter().copied().fold(f64::INFINITY, f64::min);
+    let backlog_us = in_flight * cheapest / 1e3 / 2.0;
+    let quota_us = (backlog_us as u64).clamp(MIN_QUOTA_US, MAX_QUOTA_US);
+    let period_us = ((quota_us as f64 / share) as u64).clamp(quota_us, MAX_PERIOD_US);
+    let quota_us = quota_us.min(period_us);
+    let mut warning = None;
+    if backlog_us < MIN_QUOTA_US as f64 {
+        warning = Some(format!(
+            "{in_flight:.0} connections in flight per arm at {cheapest:.0} ns each hold half a \
+             backlog of {backlog_us:.0} us, under the kernel's 1 ms minimum quota: the cheapest \
+             arm will drain its backlog and sleep; raise load.connections"
+        ));
+    }
+    (
+        Allotment {
+            quota_us,
+            period_us,
+        },
+        warning,
+    )
+}
+
+/// What a window says about an arm's saturation.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Saturation {
+    /// Its CPU time on the SUT core over what its allotment allowed.
+    pub allotment_used: Option<f64>,
+    /// The share of bandwidth periods in which it spent its whole quota.
+    pub throttled_share: Option<f64>,
+    /// Whether it had work all the window (None in the idle regime).
+    pub saturated: Option<bool>,
+}
+
+/// The saturation of an arm metered `meter` over `elapsed` with
+/// `allotment` (None: the idle regime, where nothing is claimed).
+pub fn saturation(
+    meter: &MeterReading,
+    elapsed: Duration,
+    allotment: Option<Allotment>,
+    min_used: f64,
+) -> Saturation {
+    let Some(a) = allotment else {
+        return Saturation::default();
+    };
+    let on_sut = meter.task_clock_ns.saturating_sub(meter.off_core_ns) as f64;
+    let allowed = a.share() * elapsed.as_nanos() as f64;
+    let used = (allowed > 0.0).then(|| on_sut / allowed);
+    Saturation {
+        allotment_used: used,
+        throttled_share: meter
+            .throttling
+            .filter(|t| t.periods > 0)
+            .map(|t| t.throttled as f64 / t.periods as f64),
+        saturated: used.map(|u| u >= min_used),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::cgroup::Throttling;
+
+    #[test]
+    fn the_share_keeps_the_generator_at_its_target() {
+        // Three arms of 20, 14 and 40 us; a generator of 19k conn/s.
+        let costs = [20_000.0, 14_000.0, 40_000.0];
+        let (a, w) = size(&costs, 19_000.0, 170.0, 0.65);
+        assert_eq!(w, None);
+        let rate: f64 = costs.iter().map(|c| a.share() * 1e9 / c).sum();
+        assert!((rate / 19_000.0 - 0.65).abs() < 0.02, "{a:?} {rate}");
+        // Half of 170 connections at 14 us is 1.19 ms of backlog.
+        assert_eq!(a.quota_us, 1190);
+    }
+
+    #[test]
+    fn a_generator_that_could_fill_the_core_leaves_it_unrationed_but_shared() {
+        let (a, _) = size(&[10_000.0, 10_000.0], 1e7, 1024.0, 0.65);
+        assert!((a.share() - 0.45).abs() < 0.01, "{a:?}");
+        assert_eq!(a.quota_us, MAX_QUOTA_US);
+    }
+
+    #[test]
+    fn too_few_connections_in_flight_are_said_to_drain() {
+        let (a, w) = size(&[12_000.0], 19_000.0, 32.0, 0.65);
+        assert_eq!(a.quota_us, MIN_QUOTA_US);
+        assert!(w.unwrap().contains("raise load.connections"));
+    }
+
+    #[test]
+    fn an_arm_that_used_its_allotment_was_saturated_and_one_that_idled_was_not() {
+        let a = Some(Allotment {
+            quota_us: 1000,
+            period_us: 10_000,
+        });
+        let busy = MeterReading {
+            task_clock_ns: 95_000_000,
+            throttling: Some(Throttling {
+                periods: 100,
+                throttled: 97,
+            }),
+            ..Default::default()
+        };
+        let s = saturation(&busy, Duration::from_secs(1), a, 0.85);
+        assert_eq!(s.saturated, Some(true));
+        assert!((s.allotment_used.unwrap() - 0.95).abs() < 1e-9);
+        assert!((s.throttled_share.unwrap() - 0.97).abs() < 1e-9);
+        let idle = MeterReading {
+            task_clock_ns: 60_000_000,
+            ..busy
+        };
+        assert_eq!(
+            saturation(&idle, Duration::from_secs(1), a, 0.85).saturated,
+            Some(false)
+        );
+        assert_eq!(
+            saturation(&idle, Duration::from_secs(1), None, 0.85),
+            Saturation::default()
+        );
+    }
+}
