@@ -452,6 +452,12 @@ impl Config {
             1.0,
         )?;
         range(
+            "saturation.max_context_switches",
+            self.saturation.max_context_switches,
+            0.0,
+            1000.0,
+        )?;
+        range(
             "saturation.probe_ms",
             self.saturation.probe_ms as f64,
             100.0,

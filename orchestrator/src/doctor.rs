@@ -91,6 +91,31 @@ fn uring_features() -> Vec<Check> {
     }
 }
 
+/// Whether servers can be measured busy here (see [`crate::bench::ration`]).
+fn regime(config: &Config, containment: &crate::bench::cgroup::Containment) -> Check {
+    use crate::bench::ration::Regime;
+    match (config.saturation.regime, containment.cannot_ration()) {
+        (Regime::Idle, _) => check(
+            false,
+            "regime",
+            "idle (saturation.regime = \"idle\"): servers sleep between arrivals when the generator is the limit, and every result says so",
+        ),
+        (Regime::Saturated, Some(why)) => check(
+            false,
+            "regime",
+            format!(
+                "cannot reach saturation: {why}; every result will be measured in the idle regime and carry a warning \
+                 (run as root on a host with the cpu controller, or delegate it to ratchet's cgroup)"
+            ),
+        ),
+        (Regime::Saturated, None) => check(
+            true,
+            "regime",
+            "saturated: the arms of each measurement share one CPU-bandwidth group, sized by a probe so that the generator keeps headroom",
+        ),
+    }
+}
+
 pub fn run(config: &Config) -> Vec<Check> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut checks = vec![check(true, "kernel", environment::kernel())];
@@ -152,6 +177,7 @@ pub fn run(config: &Config) -> Vec<Check> {
                     ),
                 },
             ));
+            checks.push(regime(config, containment));
             let governor = environment::governor(sut);
             checks.push(check(
                 governor == "performance" || governor.starts_with("none"),

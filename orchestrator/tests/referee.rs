@@ -351,6 +351,63 @@ fn control_and_treatment_pass_the_gate() {
     assert!(report["comparisons"][0]["ratio_ci95"].is_array());
 }
 
+/// The saturated regime is measured, not assumed: a server that sleeps
+/// between bursts leaves most of its allotment unused, every one of its
+/// samples is reported as not saturated and none is scored, while the
+/// honest server beside it had work all along.
+#[test]
+fn a_server_that_idles_between_bursts_is_reported_not_saturated() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let (ok, bursty) = (faulty_arm("ok"), faulty_arm("bursty"));
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &bursty], 6, &[]);
+    assert_eq!(report["regime"]["regime"], "saturated", "{report}");
+    assert_eq!(arm(&report, 0)["unsaturated_samples"], 0, "{report}");
+    assert_eq!(arm(&report, 1)["unsaturated_samples"], 6, "{report}");
+    assert!(arm(&report, 1)["allotment_used"].as_f64().unwrap() < 0.5);
+    assert_eq!(report["comparisons"][0]["verdict"], "invalid", "{report}");
+}
+
+/// The regime the referee promises: the treatment has work all the time
+/// (next to no context switches per connection) and the generator keeps
+/// headroom, in one `compare --json`.
+#[test]
+fn the_treatment_is_measured_saturated_with_generator_headroom() {
+    let _g = exclusive();
+    let out = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(repo_root().join("harness.toml"))
+        .args([
+            "compare",
+            "treatment",
+            "treatment",
+            "--blocks",
+            "6",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["regime"]["regime"], "saturated", "{report}");
+    assert!(report["regime"].get("warning").is_none(), "{report}");
+    for i in 0..2 {
+        let a = arm(&report, i);
+        let cs = a["context_switches_per_connection"].as_f64().unwrap();
+        assert!(
+            cs <= 0.1,
+            "treatment: {cs} context switches per connection: {a}"
+        );
+        assert!(a["generator_busy"].as_f64().unwrap() < 0.95, "{a}");
+        assert!(a["allotment_used"].as_f64().unwrap() > 0.85, "{a}");
+        assert_eq!(a["unsaturated_samples"], 0, "{a}");
+    }
+}
+
 /// An A/A comparison must never promote and must land near 1. It is not
 /// asserted to be `same`: a 95% interval leaves out 1 in about one A/A run in
 /// twenty by construction, and `worse` asks for no minimum effect, so such a
@@ -453,5 +510,92 @@ fn an_unknown_arm_is_refused_clearly() {
     assert!(
         err.contains("treatmnet") && err.contains("expected control"),
         "{err}"
+    );
+}
+
+/// The cgroups `ratchet/<pid>-...` that process `pid` made, in every
+/// mounted hierarchy.
+fn cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let mut found = Vec::new();
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 3 || !f[2].starts_with("cgroup") {
+            continue;
+        }
+        let parent = std::path::Path::new(f[1]).join("ratchet");
+        for e in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{pid}-"))
+            {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// A SIGKILLed ratchet runs no destructor: its servers die with it (parent
+/// death signal) and the next ratchet removes the cgroups it left, the
+/// rationing group among them, so no quota and no process outlives it.
+#[test]
+fn rationing_is_torn_down_after_ratchet_is_killed() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let mut child = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args(["compare", &ok, &ok, "--blocks", "12"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    let ration = loop {
+        if let Some(p) = cgroups_of(pid)
+            .into_iter()
+            .find(|p| p.to_string_lossy().ends_with("-ration"))
+        {
+            break p;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "no rationing group appeared for ratchet {pid}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Let the servers join it and take load.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let members = std::fs::read_to_string(ration.join("cgroup.procs")).unwrap();
+    assert!(
+        !members.trim().is_empty(),
+        "no server in {}",
+        ration.display()
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for m in members.lines() {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", m.trim())).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z"),
+            "server {m} outlived ratchet: {stat}"
+        );
+    }
+    assert!(!cgroups_of(pid).is_empty(), "nothing was left to clean up");
+    let doctor = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let left = cgroups_of(pid);
+    assert!(
+        left.is_empty(),
+        "cgroups of the killed ratchet survived the next one: {left:?}\n{}",
+        String::from_utf8_lossy(&doctor.stdout)
     );
 }

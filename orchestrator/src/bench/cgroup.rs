@@ -14,6 +14,8 @@
 
 use anyhow::{bail, Context, Result};
 use std::ffi::CString;
+
+use crate::bench::ration::{Allotment, Throttling};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -261,21 +263,6 @@ impl Containment {
     }
 }
 
-/// CPU bandwidth for one cgroup: at most `quota_us` of CPU time in every
-/// `period_us` ([`crate::bench::ration`] sizes it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Allotment {
-    pub quota_us: u64,
-    pub period_us: u64,
-}
-
-impl Allotment {
-    /// The share of one CPU it allows.
-    pub fn share(&self) -> f64 {
-        self.quota_us as f64 / self.period_us.max(1) as f64
-    }
-}
-
 /// A cgroup under bandwidth control whose member servers share one quota:
 /// every arm of a measurement in it at once. The scheduler then shares the
 /// quota between them by equal weight, interleaving them symmetrically; a
@@ -340,23 +327,6 @@ impl Drop for RationGroup {
     fn drop(&mut self) {
         for dir in self.v2.iter().chain(&self.cpu_v1) {
             remove_tree(dir);
-        }
-    }
-}
-
-/// Bandwidth-control periods a cgroup has seen, and how many of them it
-/// spent its whole quota in (it had work until the quota ran out).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Throttling {
-    pub periods: u64,
-    pub throttled: u64,
-}
-
-impl Throttling {
-    pub fn delta(&self, earlier: &Throttling) -> Throttling {
-        Throttling {
-            periods: self.periods.saturating_sub(earlier.periods),
-            throttled: self.throttled.saturating_sub(earlier.throttled),
         }
     }
 }

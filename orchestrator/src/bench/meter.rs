@@ -13,7 +13,7 @@ use perf_event::events::{Hardware, Software, Tracepoint};
 use perf_event::{Builder, Counter};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::cgroup::Throttling;
+use crate::bench::ration::Throttling;
 use crate::config::MeterChoice;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,14 +10,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bench::cgroup::{Allotment, RationGroup};
+use crate::bench::cgroup::RationGroup;
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
-use crate::bench::ration::{self, SaturationConfig};
+use crate::bench::ration::{self, Allotment, SaturationConfig};
 use crate::config::{Config, DuetLoad, GateConfig, Schedule};
 use crate::interrupt;
 
@@ -177,7 +177,13 @@ impl Measurement {
         elapsed: Duration,
         s: &TrialSettings,
     ) -> Self {
-        let sat = ration::saturation(meter, elapsed, s.ration, s.saturation.min_allotment_used);
+        let used = ration::WindowUse {
+            on_sut_ns: meter.task_clock_ns.saturating_sub(meter.off_core_ns),
+            context_switches_per_connection: self.context_switches_per_connection,
+            throttling: meter.throttling,
+            elapsed,
+        };
+        let sat = ration::saturation(&used, s.ration, &s.saturation);
         self.allotment_used = sat.allotment_used;
         self.throttled_share = sat.throttled_share;
         self.saturated = sat.saturated;
