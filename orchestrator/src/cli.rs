@@ -34,6 +34,8 @@ pub struct Cli {
 enum Command {
     /// Measure servers side by side and judge each against the first.
     Compare(CompareArgs),
+    /// Does each server honour the contract here? Its gate, in a few samples, with no verdict.
+    Check(CheckArgs),
     /// Run the optimization loop: propose, judge, keep or discard, repeat.
     Run(RunArgs),
     /// Check that this machine can referee, and say how to fix what cannot.
@@ -233,6 +235,21 @@ struct CompareArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct CheckArgs {
+    /// Arms, as for compare.
+    #[arg(required = true, num_args = 1..)]
+    arms: Vec<String>,
+    /// Samples of every arm: too few for an interval, enough to see the gate.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=100))]
+    samples: u64,
+    #[command(flatten)]
+    measure: MeasureArgs,
+    /// Print the JSON document on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Checks every arm spec, so a typo in the last is named before the first
 /// is built.
 fn parse_arms(specs: &[String]) -> Result<()> {
@@ -305,6 +322,50 @@ fn compare(cli: &Cli, args: &CompareArgs) -> Result<()> {
         print!("{}", format::compare_table(&report));
     }
     Ok(())
+}
+
+/// A gate check: the arms measured as compare would, in `--samples`
+/// samples, each arm's gate and costs shown and no ratio judged (no
+/// interval has a stated coverage below 6 samples). Fails when a gate does.
+fn check(cli: &Cli, args: &CheckArgs) -> Result<()> {
+    if args.measure.trial.blocks.is_some() {
+        anyhow::bail!("check takes --samples, not --blocks: it judges no interval");
+    }
+    let config = args.measure.apply(Config::load(&cli.config)?)?;
+    parse_arms(&args.arms)?;
+    let session = Session::open(&cli.config, config, "check")?;
+    let arms = prepare_arms(&session, &args.arms)?;
+    let mut samples = Samples::new(arms.len());
+    progress::measure(
+        &session,
+        &session.trial_settings(),
+        &arms,
+        args.samples as usize,
+        1,
+        &mut samples,
+        "",
+    )?;
+    let mut report = compare::report(
+        &arms.iter().map(|a| a.label.clone()).collect::<Vec<_>>(),
+        &samples,
+        session.config().compare.threshold,
+        &session.plan,
+        fingerprint_of(&session, &arms),
+    );
+    report.comparisons.clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", format::compare_table(&report));
+        println!(
+            "\ngate check: {} samples of every arm; no interval or verdict below 6 samples (use compare)",
+            args.samples
+        );
+    }
+    match report.arms.iter().find(|a| !a.gate.passed) {
+        Some(a) => anyhow::bail!("the gate failed for {}", a.arm),
+        None => Ok(()),
+    }
 }
 
 fn run_loop(cli: &Cli, args: &RunArgs) -> Result<()> {
@@ -523,6 +584,7 @@ fn sweep(cli: &Cli, args: &SweepArgs) -> Result<()> {
 pub fn dispatch(cli: &Cli) -> Result<()> {
     match &cli.command {
         Command::Compare(args) => compare(cli, args),
+        Command::Check(args) => check(cli, args),
         Command::Run(args) => run_loop(cli, args),
         Command::Doctor => doctor(cli),
         Command::Log(args) => log(cli, args),

@@ -29,6 +29,10 @@ pub struct AaCheck {
     /// The upper confidence bound on the spread that sized the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spread_upper_bound: Option<f64>,
+    /// A first A/A that would have refused, re-measured once before the
+    /// run decided (see `run/aa.rs`): its ratios, spread and sample count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remeasured: Option<Box<AaCheck>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

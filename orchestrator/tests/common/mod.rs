@@ -51,14 +51,15 @@ pub fn faulty_arm(mode: &str) -> String {
     format!("cmd:{} --mode {mode}", faulty_server().display())
 }
 
-/// Short windows so a test trial takes about a second.
+/// Short windows so a test trial takes about a second, with enough
+/// connections in flight that a rationed server always has work.
 pub const QUICK: &[&str] = &[
     "--window-ms",
     "700",
     "--warmup-ms",
     "200",
     "--connections",
-    "64",
+    "512",
 ];
 
 pub fn compare_json(
@@ -124,8 +125,13 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Settings small enough for a test; the threshold is coarse because the
-/// planted changes are large (tens of microseconds per connection).
+/// planted changes are large (tens of microseconds per connection). The
+/// loop's logic is tested in the idle regime: 32 connections in flight are
+/// too few to keep a rationed server busy (the referee tests measure the
+/// saturated regime, at 512).
 pub const SMALL: &str = r#"
+[saturation]
+regime = "idle"
 [load]
 connections = 32
 [trial]
