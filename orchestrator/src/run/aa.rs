@@ -126,6 +126,12 @@ impl Loop<'_> {
                 failing.join("; ")
             )));
         }
+        if let Some(r) = &samples.regime {
+            say(&self.bar, format!("regime: {}", r.describe()));
+            if let Some(w) = &r.warning {
+                say(&self.bar, format!("warning: regime: {w}"));
+            }
+        }
         let aa = samples.compare(CANDIDATE, CHAMPION, threshold);
         let cv = aa.ratio_cv.unwrap_or(0.0);
         let (bound, sized) = samples_needed(&aa.block_ratios, threshold);
