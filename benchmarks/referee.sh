@@ -4,7 +4,7 @@
 # nothing here is timed in a test. Writes every JSON document to
 # results/benchmarks/<stamp>/ and prints the summary of summarize.py.
 #
-#   benchmarks/referee.sh [aa|planted|agreement|all] [RUN_ID]
+#   benchmarks/referee.sh [aa|planted|agreement|regime|all] [RUN_ID]
 #
 # aa         20 A/A compares of the vanilla treatment (13 windows each, the
 #            loop's sample count at this machine's spread)
@@ -13,6 +13,9 @@
 #            the fixture's own cost), all at default settings
 # agreement  each kept change of RUN_ID (and its whole lineage) under the duet
 #            and under 12 sequential blocks
+# regime     the vanilla treatment, a server with the playbook's six
+#            published changes applied in order, and the control: duet and
+#            blocks, 512 and 32 connections in flight, saturated and idle
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -61,5 +64,30 @@ if [[ $what == agreement || $what == all ]]; then
   for s in duet blocks; do
     $R compare "rev:$base" "rev:$prev" control --schedule $s --blocks 12 --json > "$out/agree-lineage-$s.json"
   done
+fi
+if [[ $what == regime || $what == all ]]; then
+  # The peer: treatment/server.c with playbook entries 01-06 applied in order.
+  peer=$out/peer
+  mkdir -p "$peer"
+  python3 - "$peer/server.c" <<'PY'
+import sys, tomllib
+src = open("treatment/server.c").read()
+for name in ["01-ring-defer-taskrun", "02-multishot-accept", "03-direct-descriptors",
+             "04-connection-freelist", "05-send-msg-more", "06-skip-success-send-close"]:
+    entry = tomllib.load(open(f"knowledge-base/playbook/{name}.toml", "rb"))
+    for e in entry["edits"]:
+        assert src.count(e["search"]) == 1, (name, e["search"][:60])
+        src = src.replace(e["search"], e["replace"])
+open(sys.argv[1], "w").write(src)
+PY
+  cc -O2 -Wall -Wextra -Werror -o "$peer/server" "$peer/server.c" -luring
+  make -s -C treatment OUT="$(pwd)/$out" >/dev/null
+  arms=("cmd:$(pwd)/$out/server" "cmd:$(pwd)/$peer/server" control)
+  idle=$out/idle.toml
+  { printf '[saturation]\nregime = "idle"\n'; grep -v '^regime = ' harness.toml; } > "$idle"
+  $R compare "${arms[@]}" --blocks 12 --json > "$out/regime-duet-512.json"
+  $R compare "${arms[@]}" --blocks 12 --connections 32 --json > "$out/regime-duet-32.json"
+  $R compare "${arms[@]}" --blocks 12 --schedule blocks --json > "$out/regime-blocks-512.json"
+  $R --config "$idle" compare "${arms[@]}" --blocks 12 --json > "$out/regime-idle-duet-512.json"
 fi
 python3 benchmarks/summarize.py "$out" | tee "$out/summary.txt"

@@ -164,8 +164,46 @@ def agreement(folder):
                   f"{'agree' if agree else 'DIFFER'}")
 
 
+def regime(folder):
+    runs = load(folder, "regime-*.json")
+    if not runs:
+        return
+    print("\nregimes: vanilla, the six published changes (peer) and the control, "
+          "ratios to vanilla:")
+    for name, d in runs:
+        arms = d["arms"]
+        cells = []
+        for c in d["comparisons"]:
+            label = "peer" if c["arm"] == 1 else "control"
+            if c["ratio_median"] is None:
+                cells.append(f"{label} invalid")
+                continue
+            lo, hi = c["ratio_ci95"] or (float("nan"), float("nan"))
+            cells.append(f"{label} {c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] "
+                         f"cv {c['ratio_cv'] * 100:.1f}%")
+        cs = ", ".join(f"{(a['context_switches_per_connection'] or 0):.3f}" for a in arms)
+        unsat = ", ".join(str(a.get("unsaturated_samples", 0)) for a in arms)
+        reg = d.get("regime", {})
+        allot = reg.get("allotment")
+        share = f"{allot['quota_us']}/{allot['period_us']} us" if allot else "none"
+        print(f"  {name.replace('regime-', '').replace('.json', '')}: {'; '.join(cells)}; "
+              f"cs/conn {cs}; gen busy {arms[0]['generator_busy'] * 100:.0f}%; "
+              f"unsaturated samples {unsat}; allotment {share}")
+        if reg.get("warning"):
+            print(f"    warning: {reg['warning']}")
+    by = {n: d for n, d in runs}
+    for a, b, what in [("regime-duet-512.json", "regime-blocks-512.json", "duet vs blocks"),
+                       ("regime-duet-512.json", "regime-duet-32.json", "512 vs 32 in flight")]:
+        if a in by and b in by:
+            for i, label in [(0, "peer"), (1, "control")]:
+                x, y = by[a]["comparisons"][i]["ratio_median"], by[b]["comparisons"][i]["ratio_median"]
+                if x and y:
+                    print(f"  {what}, {label}: {x:.3f} vs {y:.3f}, differ by {abs(y / x - 1) * 100:.1f}%")
+
+
 if __name__ == "__main__":
     folder = sys.argv[1]
     aa(folder)
     planted(folder)
     agreement(folder)
+    regime(folder)

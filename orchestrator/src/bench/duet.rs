@@ -24,6 +24,7 @@ use rand::SeedableRng;
 use std::time::{Duration, Instant};
 
 use crate::bench::arm::Arm;
+use crate::bench::ballast::Ballast;
 use crate::bench::cgroup::RationGroup;
 use crate::bench::contract::Failure;
 use crate::bench::gate::{self, GateEvidence};
@@ -135,6 +136,10 @@ fn run_epoch(
     let n = arms.len();
     // Declared before the servers, so it is removed after them.
     let group = s.ration.map(|a| RationGroup::create(a, n)).transpose()?;
+    let ballast = (s.ration.is_some() && s.saturation.ballast)
+        .then(|| Ballast::start(plan.sut_core))
+        .transpose()?;
+    let ballast_ns = || ballast.as_ref().and_then(Ballast::usage_ns).unwrap_or(0);
     let mut lives: Vec<Live> = (0..n)
         .map(|_| Live {
             server: None,
@@ -207,6 +212,7 @@ fn run_epoch(
     let mut cpu0 = own_cpu();
     // The core's idle time is read with the instant it covers up to.
     let mut idle0 = (Instant::now(), procfs::cpu_idle_us(plan.sut_core));
+    let mut ballast0 = ballast_ns();
     for w in 0..windows {
         load.resume();
         on_window(w);
@@ -236,6 +242,7 @@ fn run_epoch(
         let elapsed = t0.elapsed();
         let cpu1 = own_cpu();
         let idle1 = (Instant::now(), procfs::cpu_idle_us(plan.sut_core));
+        let ballast1 = ballast_ns();
         let m1: Vec<Option<MeterReading>> =
             lives.iter_mut().map(Live::read).collect::<Result<_>>()?;
         let on_sut: u64 = m0
@@ -243,7 +250,8 @@ fn run_epoch(
             .zip(&m1)
             .filter_map(|(a, b)| Some(b.as_ref()?.delta(a.as_ref()?)))
             .map(|d| d.task_clock_ns - d.off_core_ns.min(d.task_clock_ns))
-            .sum();
+            .sum::<u64>()
+            + ballast1.saturating_sub(ballast0);
         let l1: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
         if w + 1 == windows {
             load.set_measuring(false);
@@ -284,6 +292,7 @@ fn run_epoch(
         l0 = l1;
         cpu0 = cpu1;
         idle0 = idle1;
+        ballast0 = ballast1;
     }
     // The drain: every connection started is judged, and counts against the
     // last window's gate of its arm. Latency is per epoch.

@@ -3,6 +3,7 @@
 //! on a schedule; nothing here judges or records.
 
 pub mod arm;
+pub mod ballast;
 pub mod build;
 pub mod cgroup;
 pub mod contract;

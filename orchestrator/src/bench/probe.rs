@@ -8,12 +8,14 @@ use anyhow::Result;
 use std::time::{Duration, Instant};
 
 use crate::bench::arm::Arm;
+use crate::bench::ballast::Ballast;
 use crate::bench::cgroup::{containment, RationGroup};
 use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::{LoadGen, EVERY_TARGET};
 use crate::bench::meter::MeterPlan;
 use crate::bench::ration::{self, Regime, RegimeRecord};
 use crate::bench::trial::{own_cpu, TrialSettings};
+use crate::config::Schedule;
 use crate::interrupt;
 
 /// The regime `arms` will be measured in under `s`: the idle regime where
@@ -31,6 +33,11 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         )));
     }
     let group = RationGroup::create(ration::PROBE, arms.len())?;
+    let _ballast = s
+        .saturation
+        .ballast
+        .then(|| Ballast::start(plan.sut_core))
+        .transpose()?;
     let mut servers: Vec<Option<RunningServer>> = Vec::with_capacity(arms.len());
     let mut ports = Vec::with_capacity(arms.len());
     for arm in arms {
@@ -93,8 +100,23 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
     }
     let capacity = total as f64 / elapsed / generator_busy;
     let in_flight = s.connections as f64 / arms.len().max(1) as f64;
-    let (allotment, warning) =
+    let (allotment, mut warning) =
         ration::size(&known, capacity, in_flight, s.saturation.generator_target);
+    // The gate needs its connections per window from the costliest arm too.
+    let window = match s.schedule {
+        Schedule::Duet => s.duet.window,
+        Schedule::Blocks => s.window,
+    };
+    let costliest = known.iter().copied().fold(0.0, f64::max);
+    let expected = allotment.share() * window.as_nanos() as f64 / costliest.max(1.0);
+    if expected < 1.5 * s.gate.min_completed as f64 {
+        warning = Some(format!(
+            "the allotment ({:.1}% of the core per arm) gives the costliest arm about {expected:.0} \
+             connections per window, near or under gate.min_completed = {}: lengthen the windows",
+            allotment.share() * 100.0,
+            s.gate.min_completed
+        ));
+    }
     Ok(RegimeRecord {
         regime: Regime::Saturated,
         allotment: Some(allotment),

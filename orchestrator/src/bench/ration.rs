@@ -103,6 +103,9 @@ pub struct SaturationConfig {
     pub max_context_switches: f64,
     /// How long the probe measures.
     pub probe_ms: u64,
+    /// Keep the SUT core from halting between quotas (see
+    /// [`crate::bench::ballast`]).
+    pub ballast: bool,
 }
 
 impl Default for SaturationConfig {
@@ -113,6 +116,7 @@ impl Default for SaturationConfig {
             min_allotment_used: 0.25,
             max_context_switches: 1.0,
             probe_ms: 600,
+            ballast: true,
         }
     }
 }

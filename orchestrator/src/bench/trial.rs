@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bench::ballast::Ballast;
 use crate::bench::cgroup::RationGroup;
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
@@ -244,6 +245,10 @@ pub fn run_trial(
 ) -> Result<Measurement> {
     let port = free_port()?;
     let group = s.ration.map(|a| RationGroup::create(a, 1)).transpose()?;
+    let ballast = (s.ration.is_some() && s.saturation.ballast)
+        .then(|| Ballast::start(plan.sut_core))
+        .transpose()?;
+    let ballast_ns = || ballast.as_ref().and_then(Ballast::usage_ns).unwrap_or(0);
     let mut running = match RunningServer::start(server, port, plan, group.as_ref()) {
         Ok(r) => r,
         Err(e) => return Ok(failed_start(format!("{e:#}"), &s.gate)),
@@ -258,6 +263,7 @@ pub fn run_trial(
     load.set_measuring(true);
     let cpu0 = own_cpu();
     let idle0 = procfs::cpu_idle_us(plan.sut_core);
+    let ballast0 = ballast_ns();
     let t0 = Instant::now();
     let m0 = running.read()?;
     let l0 = load.snapshot(0);
@@ -280,6 +286,7 @@ pub fn run_trial(
     let elapsed = t0.elapsed();
     let cpu1 = own_cpu();
     let idle1 = procfs::cpu_idle_us(plan.sut_core);
+    let ballast_in_window = ballast_ns().saturating_sub(ballast0);
     load.set_measuring(false);
 
     let totals = load.finish().remove(0);
@@ -326,7 +333,7 @@ pub fn run_trial(
         sut_unaccounted: unaccounted(
             elapsed,
             idle1.zip(idle0).map(|(b, a)| b.saturating_sub(a)),
-            meter.task_clock_ns - meter.off_core_ns.min(meter.task_clock_ns),
+            meter.task_clock_ns - meter.off_core_ns.min(meter.task_clock_ns) + ballast_in_window,
         ),
         meter_delta: meter,
         slice_costs,
