@@ -83,11 +83,16 @@ PY
   cc -O2 -Wall -Wextra -Werror -o "$peer/server" "$peer/server.c" -luring
   make -s -C treatment OUT="$(pwd)/$out" >/dev/null
   arms=("cmd:$(pwd)/$out/server" "cmd:$(pwd)/$peer/server" control)
-  idle=$out/idle.toml
-  { printf '[saturation]\nregime = "idle"\n'; grep -v '^regime = ' harness.toml; } > "$idle"
+  # A configuration's directory is the repository root: the idle copy lives
+  # there while it is used.
+  idle=harness.idle.toml
+  sed 's/^regime = "saturated"/regime = "idle"/' harness.toml > "$idle"
   $R compare "${arms[@]}" --blocks 12 --json > "$out/regime-duet-512.json"
   $R compare "${arms[@]}" --blocks 12 --connections 32 --json > "$out/regime-duet-32.json"
   $R compare "${arms[@]}" --blocks 12 --schedule blocks --json > "$out/regime-blocks-512.json"
   $R --config "$idle" compare "${arms[@]}" --blocks 12 --json > "$out/regime-idle-duet-512.json"
+  rm -f "$idle"
 fi
+# Binaries are rebuilt from source; only the records stay.
+rm -f "$fixture" "$out/server" "$out/peer/server"
 python3 benchmarks/summarize.py "$out" | tee "$out/summary.txt"
