@@ -100,22 +100,28 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
     }
     let capacity = total as f64 / elapsed / generator_busy;
     let in_flight = s.connections as f64 / arms.len().max(1) as f64;
-    let (allotment, mut warning) =
+    let (mut allotment, mut warning) =
         ration::size(&known, capacity, in_flight, s.saturation.generator_target);
     // The gate needs its connections per window from the costliest arm too.
+    // A probe whose connections stalled (a listen backlog overflowing into
+    // SYN retransmits, seen with 1024 in flight) reads a tiny capacity; the
+    // share is then raised to what the gate needs, and that is said.
     let window = match s.schedule {
         Schedule::Duet => s.duet.window,
         Schedule::Blocks => s.window,
     };
     let costliest = known.iter().copied().fold(0.0, f64::max);
-    let expected = allotment.share() * window.as_nanos() as f64 / costliest.max(1.0);
-    if expected < 1.5 * s.gate.min_completed as f64 {
+    let needed = 1.5 * s.gate.min_completed as f64 * costliest / window.as_nanos() as f64;
+    if allotment.share() < needed {
+        let raised = ration::with_share(allotment, needed.min(0.9 / arms.len().max(1) as f64));
         warning = Some(format!(
-            "the allotment ({:.1}% of the core per arm) gives the costliest arm about {expected:.0} \
-             connections per window, near or under gate.min_completed = {}: lengthen the windows",
+            "the probe sized {:.2}% of the core per arm (generator capacity {capacity:.0} conn/s), too little for \
+             gate.min_completed = {} from the costliest arm in a window; raised to {:.2}%: the generator may now be the limit",
             allotment.share() * 100.0,
-            s.gate.min_completed
+            s.gate.min_completed,
+            raised.share() * 100.0
         ));
+        allotment = raised;
     }
     Ok(RegimeRecord {
         regime: Regime::Saturated,

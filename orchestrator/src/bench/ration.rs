@@ -211,6 +211,15 @@ pub fn size(
     )
 }
 
+/// `a`'s quota at a period that gives `share` of the core.
+pub fn with_share(a: Allotment, share: f64) -> Allotment {
+    let period_us = ((a.quota_us as f64 / share.max(1e-4)) as u64).clamp(a.quota_us, MAX_PERIOD_US);
+    Allotment {
+        quota_us: a.quota_us,
+        period_us,
+    }
+}
+
 /// What a window says about an arm's saturation.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Saturation {
@@ -273,6 +282,19 @@ mod tests {
         let (a, _) = size(&[10_000.0, 10_000.0], 1e7, 1024.0, 0.65);
         assert!((a.share() - 0.45).abs() < 0.01, "{a:?}");
         assert_eq!(a.quota_us, MAX_QUOTA_US);
+    }
+
+    #[test]
+    fn a_share_is_set_by_the_period() {
+        let a = with_share(
+            Allotment {
+                quota_us: 2000,
+                period_us: 500_000,
+            },
+            0.1,
+        );
+        assert_eq!(a.period_us, 20_000);
+        assert!((a.share() - 0.1).abs() < 1e-9);
     }
 
     #[test]
