@@ -16,14 +16,25 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 use crate::bench::cgroup::{self, Cgroup};
+use crate::bench::launch;
 
 pub struct Ballast {
     child: Child,
     cgroup: Cgroup,
 }
 
+/// CPU time of `ballast` so far in ns, 0 where there is none.
+pub fn used_ns(ballast: &Option<Ballast>) -> u64 {
+    ballast.as_ref().and_then(Ballast::usage_ns).unwrap_or(0)
+}
+
 impl Ballast {
-    pub fn start(core: usize) -> Result<Self> {
+    /// A ballast on `core` when `on`.
+    pub fn start_if(on: bool, core: usize) -> Result<Option<Self>> {
+        on.then(|| Self::start(core)).transpose()
+    }
+
+    fn start(core: usize) -> Result<Self> {
         let cgroup = Cgroup::create("ballast", Some(core), None)?;
         let join = cgroup.join_paths();
         let mut command = Command::new("/bin/sh");
@@ -39,11 +50,7 @@ impl Ballast {
             command.pre_exec(move || {
                 cgroup::join_from_child(&join)?;
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(core, &mut set);
-                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                launch::pin_to(core)?;
                 let param = libc::sched_param { sched_priority: 0 };
                 if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
                     return Err(std::io::Error::last_os_error());

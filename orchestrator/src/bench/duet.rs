@@ -24,7 +24,7 @@ use rand::SeedableRng;
 use std::time::{Duration, Instant};
 
 use crate::bench::arm::Arm;
-use crate::bench::ballast::Ballast;
+use crate::bench::ballast::{self, Ballast};
 use crate::bench::cgroup::RationGroup;
 use crate::bench::contract::Failure;
 use crate::bench::gate::{self, GateEvidence};
@@ -136,10 +136,8 @@ fn run_epoch(
     let n = arms.len();
     // Declared before the servers, so it is removed after them.
     let group = s.ration.map(|a| RationGroup::create(a, n)).transpose()?;
-    let ballast = (s.ration.is_some() && s.saturation.ballast)
-        .then(|| Ballast::start(plan.sut_core))
-        .transpose()?;
-    let ballast_ns = || ballast.as_ref().and_then(Ballast::usage_ns).unwrap_or(0);
+    let ballast = Ballast::start_if(s.ration.is_some() && s.saturation.ballast, plan.sut_core)?;
+    let ballast_ns = || ballast::used_ns(&ballast);
     let mut lives: Vec<Live> = (0..n)
         .map(|_| Live {
             server: None,
@@ -249,7 +247,7 @@ fn run_epoch(
             .iter()
             .zip(&m1)
             .filter_map(|(a, b)| Some(b.as_ref()?.delta(a.as_ref()?)))
-            .map(|d| d.task_clock_ns - d.off_core_ns.min(d.task_clock_ns))
+            .map(|d| d.on_sut_ns())
             .sum::<u64>()
             + ballast1.saturating_sub(ballast0);
         let l1: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();

@@ -72,6 +72,20 @@ fn wait_readable(fd: i32, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) == 1 }
 }
 
+/// Pins the calling process to `core`. Only a system call: safe between
+/// fork and exec.
+pub fn pin_to(core: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// The scheduler slice of a server that shares a rationed group: with the
 /// default (a few ms), whichever arm the scheduler picks first after each
 /// throttle runs a whole slice and the other the rest of the quota, so the
@@ -166,11 +180,7 @@ impl RunningServer {
                 if libc::setpgid(0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(core, &mut set);
-                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                pin_to(core)?;
                 if let Some(ns) = slice_ns {
                     set_slice(ns);
                 }

@@ -124,6 +124,11 @@ pub struct MeterReading {
 }
 
 impl MeterReading {
+    /// Task-clock the server spent on the SUT core.
+    pub fn on_sut_ns(&self) -> u64 {
+        self.task_clock_ns.saturating_sub(self.off_core_ns)
+    }
+
     pub fn delta(&self, earlier: &MeterReading) -> MeterReading {
         MeterReading {
             primary: self.primary - earlier.primary,

@@ -33,11 +33,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         )));
     }
     let group = RationGroup::create(ration::PROBE, arms.len())?;
-    let _ballast = s
-        .saturation
-        .ballast
-        .then(|| Ballast::start(plan.sut_core))
-        .transpose()?;
+    let _ballast = Ballast::start_if(s.saturation.ballast, plan.sut_core)?;
     let mut servers: Vec<Option<RunningServer>> = Vec::with_capacity(arms.len());
     let mut ports = Vec::with_capacity(arms.len());
     for arm in arms {
@@ -55,10 +51,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
     let read = |servers: &mut Vec<Option<RunningServer>>| -> Vec<Option<u64>> {
         servers
             .iter_mut()
-            .map(|r| {
-                let m = r.as_mut()?.read().ok()?;
-                Some(m.task_clock_ns.saturating_sub(m.off_core_ns))
-            })
+            .map(|r| Some(r.as_mut()?.read().ok()?.on_sut_ns()))
             .collect()
     };
     let (t0, cpu0, m0) = (Instant::now(), own_cpu(), read(&mut servers));

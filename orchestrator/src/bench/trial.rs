@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bench::ballast::Ballast;
+use crate::bench::ballast::{self, Ballast};
 use crate::bench::cgroup::RationGroup;
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
@@ -179,7 +179,7 @@ impl Measurement {
         s: &TrialSettings,
     ) -> Self {
         let used = ration::WindowUse {
-            on_sut_ns: meter.task_clock_ns.saturating_sub(meter.off_core_ns),
+            on_sut_ns: meter.on_sut_ns(),
             context_switches_per_connection: self.context_switches_per_connection,
             throttling: meter.throttling,
             elapsed,
@@ -245,10 +245,8 @@ pub fn run_trial(
 ) -> Result<Measurement> {
     let port = free_port()?;
     let group = s.ration.map(|a| RationGroup::create(a, 1)).transpose()?;
-    let ballast = (s.ration.is_some() && s.saturation.ballast)
-        .then(|| Ballast::start(plan.sut_core))
-        .transpose()?;
-    let ballast_ns = || ballast.as_ref().and_then(Ballast::usage_ns).unwrap_or(0);
+    let ballast = Ballast::start_if(s.ration.is_some() && s.saturation.ballast, plan.sut_core)?;
+    let ballast_ns = || ballast::used_ns(&ballast);
     let mut running = match RunningServer::start(server, port, plan, group.as_ref()) {
         Ok(r) => r,
         Err(e) => return Ok(failed_start(format!("{e:#}"), &s.gate)),
@@ -333,7 +331,7 @@ pub fn run_trial(
         sut_unaccounted: unaccounted(
             elapsed,
             idle1.zip(idle0).map(|(b, a)| b.saturating_sub(a)),
-            meter.task_clock_ns - meter.off_core_ns.min(meter.task_clock_ns) + ballast_in_window,
+            meter.on_sut_ns() + ballast_in_window,
         ),
         meter_delta: meter,
         slice_costs,
