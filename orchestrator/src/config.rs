@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+use crate::agent::search::SearchConfig;
 use crate::bench::contract::Contract;
 use crate::bench::ration::SaturationConfig;
 
@@ -25,6 +26,7 @@ pub struct Config {
     pub build: BuildConfig,
     pub paths: PathsConfig,
     pub run: RunConfig,
+    pub search: SearchConfig,
     pub agents: AgentsConfig,
 }
 
@@ -483,6 +485,7 @@ impl Config {
             50.0,
             600_000.0,
         )?;
+        self.search.validate()?;
         if self.run.allowed_paths.is_empty() {
             bail!(
                 "run.allowed_paths must name at least one pattern, for example \"treatment/*.c\""

@@ -8,7 +8,7 @@ use anyhow::Result;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{prompt, Agent, AgentFailure, ProposalContext, Proposed, Usage};
+use super::{prompt, reply, Agent, AgentFailure, ProposalContext, Proposed, Usage};
 use crate::bench::build::run_bounded;
 use crate::config::CommandAgentConfig;
 
@@ -24,7 +24,9 @@ impl CommandAgent {
 
 const FORMAT: &str = "Edit the files in the current directory directly; do not run git \
                       (any change to the git directory rejects the attempt). Then print one line \
-                      `HYPOTHESIS: <one sentence>` (and optionally `CATEGORY: <word>`) on stdout.";
+                      `HYPOTHESIS: <one sentence>` (and optionally `CATEGORY: <word>`) on stdout. \
+                      Or, to have ratchet merge earlier attempts onto the champion instead of \
+                      editing, print `STACK: <attempt numbers>` or `RETRY: <attempt number>`.";
 
 /// Environment variables passed through to the CLI; everything else,
 /// API keys included, is withheld unless named in `agents.command.pass_env`.
@@ -92,6 +94,24 @@ impl Agent for CommandAgent {
                 .find_map(|l| l.trim().strip_prefix(name).map(|v| v.trim().to_string()))
                 .filter(|v| !v.is_empty())
         };
+        let moves: String = output
+            .lines()
+            .filter(|l| l.trim().starts_with("STACK:") || l.trim().starts_with("RETRY:"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if !moves.is_empty() {
+            let r = reply::parse(&moves).map_err(|e| AgentFailure::Malformed {
+                message: format!("{e:#}"),
+                usage: Usage::default(),
+            })?;
+            return Ok(match r.retry {
+                Some(of) => Proposed::Retry { of, usage: None },
+                None => Proposed::Stack {
+                    parts: r.stack,
+                    usage: None,
+                },
+            });
+        }
         Ok(Proposed::WorktreeChanged {
             hypothesis: field("HYPOTHESIS:")
                 .unwrap_or_else(|| "(the command agent gave no hypothesis)".into()),

@@ -8,7 +8,9 @@ use anyhow::Result;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use super::{prompt, reply, Agent, AgentFailure, Proposal, ProposalContext, Proposed, Usage};
+use super::{
+    prompt, reply, Agent, AgentFailure, Origin, Proposal, ProposalContext, Proposed, Usage,
+};
 use crate::agent::edit;
 use crate::config::ApiAgentConfig;
 
@@ -261,6 +263,18 @@ impl Agent for LlmAgent {
             let checked =
                 reply::parse(&text).and_then(|r| edit::apply_all(&ctx.files, &r.edits).map(|_| r));
             match checked {
+                Ok(r) if !r.stack.is_empty() => {
+                    return Ok(Proposed::Stack {
+                        parts: r.stack,
+                        usage: Some(usage),
+                    })
+                }
+                Ok(r) if r.retry.is_some() => {
+                    return Ok(Proposed::Retry {
+                        of: r.retry.expect("checked"),
+                        usage: Some(usage),
+                    })
+                }
                 Ok(r) => {
                     return Ok(Proposed::Edits(Proposal {
                         hypothesis: r.hypothesis,
@@ -268,6 +282,8 @@ impl Agent for LlmAgent {
                         playbook_id: None,
                         edits: r.edits,
                         usage: Some(usage),
+                        origin: Origin::Agent,
+                        retry_of: None,
                     }))
                 }
                 Err(e) if round < self.config.repair_rounds => {

@@ -5,9 +5,11 @@
 pub mod command;
 pub mod edit;
 pub mod llm;
+pub mod param;
 pub mod playbook;
 pub mod prompt;
 pub mod reply;
+pub mod search;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,6 +21,33 @@ use crate::agent::edit::Edit;
 use crate::config::Config;
 use crate::referee::verdict::AttemptVerdict;
 
+/// Where an attempt came from: the agent's own idea, the loop's union of
+/// promising attempts, or an earlier idea tried again on a newer champion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    #[default]
+    Agent,
+    Stack,
+    Retry,
+}
+
+impl Origin {
+    pub fn name(self) -> &'static str {
+        match self {
+            Origin::Agent => "agent",
+            Origin::Stack => "stack",
+            Origin::Retry => "retry",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Origin::Agent, Origin::Stack, Origin::Retry]
+            .into_iter()
+            .find(|o| o.name() == s)
+    }
+}
+
 /// One earlier attempt, as agents see it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AttemptSummary {
@@ -26,11 +55,64 @@ pub struct AttemptSummary {
     pub hypothesis: String,
     pub verdict: AttemptVerdict,
     pub ratio: Option<f64>,
+    /// The interval of `ratio` at `ci_level`.
     pub ci95: Option<[f64; 2]>,
+    #[serde(default = "default_level")]
+    pub ci_level: f64,
     pub playbook_id: Option<String>,
     /// The champion commit the attempt was measured against.
     pub champion: String,
     pub detail: Option<String>,
+    /// What the search counts as one idea: the playbook id (with its
+    /// parameter value), or `#n` for the attempt that first proposed it.
+    #[serde(default)]
+    pub idea: String,
+    #[serde(default)]
+    pub origin: Origin,
+    #[serde(default)]
+    pub stack_of: Vec<usize>,
+    #[serde(default)]
+    pub retry_of: Option<usize>,
+}
+
+fn default_level() -> f64 {
+    0.95
+}
+
+#[cfg(test)]
+impl AttemptSummary {
+    /// A summary with only what a test of an agent's choice needs.
+    pub fn measured(n: usize, idea: &str, champion: &str, verdict: AttemptVerdict) -> Self {
+        Self {
+            number: n,
+            hypothesis: idea.into(),
+            verdict,
+            ratio: None,
+            ci95: None,
+            ci_level: 0.975,
+            playbook_id: Some(idea.into()),
+            champion: champion.into(),
+            detail: None,
+            idea: idea.into(),
+            origin: Origin::Agent,
+            stack_of: vec![],
+            retry_of: None,
+        }
+    }
+}
+
+/// A promising attempt that the champion does not contain: material for a
+/// stack, shown to every agent with its measured interval.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PoolEntry {
+    pub attempt: usize,
+    pub idea: String,
+    pub hypothesis: String,
+    pub ratio: f64,
+    pub ci: [f64; 2],
+    pub ci_level: f64,
+    /// Keeps since the champion it was measured against.
+    pub champions_ago: usize,
 }
 
 /// Everything an agent may use to form its next hypothesis.
@@ -40,7 +122,16 @@ pub struct ProposalContext {
     pub champion_commit: String,
     /// Playbook ids of the mutations the champion contains.
     pub kept_ids: Vec<String>,
+    /// Ideas the champion contains (see [`AttemptSummary::idea`]).
+    pub kept_ideas: Vec<String>,
+    /// The champions of the run in order, the run's start first and the
+    /// current champion last.
+    pub lineage: Vec<String>,
     pub history: Vec<AttemptSummary>,
+    /// Promising attempts not in the champion, cheapest first.
+    pub pool: Vec<PoolEntry>,
+    /// Retries the run's budget still allows.
+    pub retries_left: usize,
     pub lessons: String,
     pub profile: Option<String>,
     pub contract_request: String,
@@ -57,7 +148,11 @@ impl ProposalContext {
             files,
             champion_commit: "c0".into(),
             kept_ids: vec![],
+            kept_ideas: vec![],
+            lineage: vec!["c0".into()],
             history: vec![],
+            pool: vec![],
+            retries_left: 10,
             lessons: String::new(),
             profile: None,
             contract_request: String::new(),
@@ -90,6 +185,10 @@ pub struct Proposal {
     pub playbook_id: Option<String>,
     pub edits: Vec<Edit>,
     pub usage: Option<Usage>,
+    /// `Retry` when the agent proposes an idea it measured against an
+    /// earlier champion, with `retry_of` that measurement's attempt.
+    pub origin: Origin,
+    pub retry_of: Option<usize>,
 }
 
 pub enum Proposed {
@@ -100,6 +199,13 @@ pub enum Proposed {
         hypothesis: String,
         category: String,
     },
+    /// The union of these earlier attempts, merged onto the champion by the loop.
+    Stack {
+        parts: Vec<usize>,
+        usage: Option<Usage>,
+    },
+    /// This earlier attempt again, merged onto the current champion.
+    Retry { of: usize, usage: Option<Usage> },
     /// Nothing left to propose.
     Exhausted,
 }
@@ -129,6 +235,12 @@ impl std::error::Error for AgentFailure {}
 
 pub trait Agent {
     fn name(&self) -> &str;
+    /// Whether the agent proposes its own retries from the measured
+    /// outcomes; for one that does not, the loop retries promising and
+    /// near-zero ideas after keeps.
+    fn plans_retries(&self) -> bool {
+        false
+    }
     fn propose(&mut self, ctx: &ProposalContext) -> anyhow::Result<Proposed>;
 }
 
@@ -145,7 +257,11 @@ pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
     Ok(match name {
         "playbook" => {
             let dir = config.paths.knowledge_base.join("playbook");
-            Box::new(playbook::Playbook::new(playbook::load(&dir)?))
+            Box::new(playbook::Playbook::new(
+                playbook::load(&dir)?,
+                config.search.clone(),
+                config.compare.threshold,
+            ))
         }
         "openai" => Box::new(llm::LlmAgent::new(
             llm::Protocol::OpenAi,

@@ -1,27 +1,64 @@
-//! The offline playbook agent: a scripted baseline that proposes, in order,
-//! the ideas in `knowledge-base/playbook/*.toml`. It is not a search: it only
-//! replays what someone already wrote down. Open-ended search needs an LLM
-//! backend.
+//! The offline agent: a search over the curated library of ideas in
+//! `knowledge-base/playbook/*.toml`, not an LLM. Each idea is an edit, or a
+//! parameter (a `#define`) explored over a range ([`super::param`]). Every
+//! attempt, the agent forms a belief about what each idea it could propose
+//! is worth against the current champion, from the entry's prior and every
+//! measurement of that idea so far ([`super::search`]), and proposes the
+//! move the policy picks: a new idea, a retry of one measured against an
+//! earlier champion, or a parameter step. It stops when no move clears the
+//! keep line with `search.min_keep_probability`, not when a list ends.
+//! Stacks of promising attempts are the loop's, for every agent.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::path::Path;
 
-use super::{Agent, Proposal, ProposalContext, Proposed};
+use super::param::Param;
+use super::search::{self, SearchConfig};
+use super::{Agent, AttemptSummary, Origin, Proposal, ProposalContext, Proposed};
 use crate::agent::edit::{self, Edit};
+use crate::referee::posterior::Belief;
+use crate::referee::verdict::AttemptVerdict;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
     pub id: String,
     pub category: String,
+    /// `{value}` stands for a parameter's value.
     pub hypothesis: String,
     #[serde(default)]
     pub requires: Vec<String>,
+    #[serde(default)]
     pub edits: Vec<Edit>,
+    /// The cost ratio expected before any measurement (1.0: no idea).
+    #[serde(default)]
+    pub prior: Option<f64>,
+    #[serde(default)]
+    pub param: Option<Param>,
 }
 
-/// Loads every entry, in file-name order.
+impl Entry {
+    fn validate(&self) -> Result<()> {
+        if let Some(p) = self.prior {
+            if !(p > 0.0 && p < 2.0) {
+                bail!("prior must be a cost ratio above 0 and below 2, got {p}");
+            }
+        }
+        match (&self.param, self.edits.is_empty()) {
+            (Some(p), true) => p.validate(),
+            (Some(_), false) => bail!("an entry with a param has no edits: the param makes them"),
+            (None, true) => bail!("edits: an entry needs at least one edit, or a param"),
+            (None, false) => Ok(()),
+        }
+    }
+
+    fn expected_ratio(&self) -> f64 {
+        self.prior.unwrap_or(1.0)
+    }
+}
+
+/// Loads and checks every entry, in file-name order; an error names the file.
 pub fn load(dir: &Path) -> Result<Vec<Entry>> {
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("reading the playbook {}", dir.display()))?
@@ -33,43 +70,143 @@ pub fn load(dir: &Path) -> Result<Vec<Entry>> {
         .iter()
         .map(|p| {
             let text = std::fs::read_to_string(p)?;
-            toml::from_str(&text)
-                .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.to_string().trim_end()))
+            let entry: Entry = toml::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.to_string().trim_end()))?;
+            entry
+                .validate()
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+            Ok(entry)
         })
         .collect()
 }
 
 pub struct Playbook {
     entries: Vec<Entry>,
+    cfg: SearchConfig,
+    threshold: f64,
+}
+
+/// One move the agent could make now.
+struct Move {
+    idea: String,
+    hypothesis: String,
+    category: String,
+    edits: Vec<Edit>,
+    belief: Belief,
+    retry_of: Option<usize>,
+}
+
+/// Verdicts after which an idea is not proposed again: it does not build,
+/// breaks the contract, changes nothing or was caught at something.
+fn ends_the_idea(v: AttemptVerdict) -> bool {
+    matches!(
+        v,
+        AttemptVerdict::BuildFailed
+            | AttemptVerdict::Invalid
+            | AttemptVerdict::NoOp
+            | AttemptVerdict::Scope
+            | AttemptVerdict::LatencyRegression
+    )
 }
 
 impl Playbook {
-    pub fn new(entries: Vec<Entry>) -> Self {
-        Self { entries }
+    pub fn new(entries: Vec<Entry>, cfg: SearchConfig, threshold: f64) -> Self {
+        Self {
+            entries,
+            cfg,
+            threshold,
+        }
     }
 
-    /// Why `entry` is not proposed now, or None if it should be.
-    fn skip_reason(&self, entry: &Entry, ctx: &ProposalContext) -> Option<String> {
-        // An entry that inserts lines before an anchor still "applies" to a
-        // champion that already has it; the lineage, not the text, decides.
-        if ctx.kept_ids.contains(&entry.id) {
-            return Some("already in the champion".into());
+    /// The move for `idea` with `edits`, unless it was tried against this
+    /// champion, has ended, or would be a retry beyond the budget.
+    fn consider(
+        &self,
+        ctx: &ProposalContext,
+        entry: &Entry,
+        idea: String,
+        hypothesis: String,
+        edits: Vec<Edit>,
+    ) -> Option<Move> {
+        let of_idea: Vec<&AttemptSummary> = ctx.history.iter().filter(|a| a.idea == idea).collect();
+        if of_idea
+            .iter()
+            .any(|a| a.champion == ctx.champion_commit || ends_the_idea(a.verdict))
+        {
+            return None;
         }
-        let tried = ctx.history.iter().any(|a| {
-            a.playbook_id.as_deref() == Some(&entry.id) && a.champion == ctx.champion_commit
-        });
-        if tried {
-            return Some("already tried against this champion".into());
+        let retry_of = of_idea
+            .iter()
+            .filter(|a| a.verdict.is_decided())
+            .map(|a| a.number)
+            .max();
+        if retry_of.is_some() && ctx.retries_left == 0 {
+            return None;
         }
-        if let Some(missing) = entry.requires.iter().find(|r| !ctx.kept_ids.contains(r)) {
-            return Some(format!(
-                "requires {missing}, which the champion does not have"
-            ));
+        edit::apply_all(&ctx.files, &edits).ok()?;
+        let belief = search::belief(
+            &ctx.history,
+            &idea,
+            &ctx.lineage,
+            entry.expected_ratio(),
+            &self.cfg,
+        );
+        Some(Move {
+            idea,
+            hypothesis,
+            category: entry.category.clone(),
+            edits,
+            belief,
+            retry_of,
+        })
+    }
+
+    /// Every move open now, in the playbook's order.
+    fn moves(&self, ctx: &ProposalContext) -> Vec<Move> {
+        let mut moves = Vec::new();
+        for entry in &self.entries {
+            if let Some(missing) = entry.requires.iter().find(|r| !ctx.kept_ids.contains(r)) {
+                tracing::debug!("playbook: {} requires {missing}", entry.id);
+                continue;
+            }
+            let Some(param) = &entry.param else {
+                // An entry that inserts lines before an anchor still
+                // "applies" to a champion that has it; the lineage decides.
+                if !ctx.kept_ids.contains(&entry.id) {
+                    moves.extend(self.consider(
+                        ctx,
+                        entry,
+                        entry.id.clone(),
+                        entry.hypothesis.clone(),
+                        entry.edits.clone(),
+                    ));
+                }
+                continue;
+            };
+            let Some(text) = ctx.files.get(&param.path) else {
+                continue;
+            };
+            let Some(current) = param.current(text) else {
+                continue;
+            };
+            let key = |v: i64| format!("{}={v}", entry.id);
+            let measured = |v: i64| {
+                ctx.history
+                    .iter()
+                    .any(|a| a.idea == key(v) && a.champion == ctx.champion_commit)
+            };
+            for v in param.candidates(current, &measured) {
+                let Some(edit) = param.edit(text, v) else {
+                    continue;
+                };
+                let hypothesis = entry
+                    .hypothesis
+                    .replace("{value}", &v.to_string())
+                    .replace("{current}", &current.to_string());
+                moves.extend(self.consider(ctx, entry, key(v), hypothesis, vec![edit]));
+            }
         }
-        if let Err(e) = edit::apply_all(&ctx.files, &entry.edits) {
-            return Some(format!("no longer applies: {e}"));
-        }
-        None
+        moves
     }
 }
 
@@ -78,21 +215,37 @@ impl Agent for Playbook {
         "playbook"
     }
 
+    fn plans_retries(&self) -> bool {
+        true
+    }
+
     fn propose(&mut self, ctx: &ProposalContext) -> Result<Proposed> {
-        for entry in &self.entries {
-            if let Some(reason) = self.skip_reason(entry, ctx) {
-                tracing::debug!("playbook: skipping {}: {reason}", entry.id);
-                continue;
-            }
-            return Ok(Proposed::Edits(Proposal {
-                hypothesis: entry.hypothesis.clone(),
-                category: entry.category.clone(),
-                playbook_id: Some(entry.id.clone()),
-                edits: entry.edits.clone(),
-                usage: None,
-            }));
-        }
-        Ok(Proposed::Exhausted)
+        let moves = self.moves(ctx);
+        let beliefs: Vec<Belief> = moves.iter().map(|m| m.belief).collect();
+        let round = ctx.history.len() as u64;
+        let Some(i) = search::choose(&beliefs, self.threshold, &self.cfg, round) else {
+            return Ok(Proposed::Exhausted);
+        };
+        let m = moves.into_iter().nth(i).expect("chosen among the moves");
+        tracing::debug!(
+            "playbook: {} (expected ratio {:.3}, keep probability {:.2})",
+            m.idea,
+            m.belief.ratio(),
+            m.belief.keep_probability(self.threshold)
+        );
+        Ok(Proposed::Edits(Proposal {
+            hypothesis: m.hypothesis,
+            category: m.category,
+            playbook_id: Some(m.idea),
+            edits: m.edits,
+            usage: None,
+            origin: if m.retry_of.is_some() {
+                Origin::Retry
+            } else {
+                Origin::Agent
+            },
+            retry_of: m.retry_of,
+        }))
     }
 }
 
@@ -102,8 +255,6 @@ mod tests {
     use std::collections::BTreeMap;
     use std::path::PathBuf;
     use std::process::Command;
-
-    use crate::referee::verdict::AttemptVerdict;
 
     /// The playbook ids of the six changes REFERENCE.md credits with the gap.
     const SIX_WINS: [&str; 6] = [
@@ -148,7 +299,7 @@ mod tests {
     #[test]
     fn every_entry_applies_to_the_vanilla_server_or_names_its_prerequisite() {
         let entries = load(&root().join("knowledge-base/playbook")).unwrap();
-        assert!(entries.len() >= 14, "{} entries", entries.len());
+        assert!(entries.len() >= 23, "{} entries", entries.len());
         let base = vanilla();
         for e in &entries {
             if !e.requires.is_empty() {
@@ -165,7 +316,7 @@ mod tests {
         let entries = load(&root().join("knowledge-base/playbook")).unwrap();
         let mut files = vanilla();
         let mut kept: Vec<&str> = Vec::new();
-        for e in &entries {
+        for e in entries.iter().filter(|e| e.param.is_none()) {
             if e.requires.iter().any(|r| !kept.contains(&r.as_str())) {
                 continue;
             }
@@ -182,6 +333,19 @@ mod tests {
                 "{win} was not applicable in sequence: {kept:?}"
             );
         }
+        // Every parameter is found in the server that has its
+        // prerequisites, and its first steps compile.
+        for e in &entries {
+            let Some(p) = &e.param else { continue };
+            let text = &files[&p.path];
+            let current = p
+                .current(text)
+                .unwrap_or_else(|| panic!("{}: no #define {} after {kept:?}", e.id, p.define));
+            for v in p.candidates(current, &|_| false) {
+                let next = edit::apply_all(&files, &[p.edit(text, v).unwrap()]).unwrap();
+                compiles(&next).unwrap_or_else(|err| panic!("{}={v}:\n{err}", e.id));
+            }
+        }
     }
 
     #[test]
@@ -196,61 +360,131 @@ mod tests {
         compiles(&files).unwrap();
     }
 
-    #[test]
-    fn proposes_in_order_and_skips_what_was_tried_or_needs_a_missing_win() {
+    fn agent() -> Playbook {
         let entries = load(&root().join("knowledge-base/playbook")).unwrap();
-        let mut agent = Playbook::new(entries);
-        let mut ctx = ProposalContext::for_tests(vanilla(), Path::new(""));
-        let first = match agent.propose(&ctx).unwrap() {
+        Playbook::new(entries, SearchConfig::default(), 0.03)
+    }
+
+    fn proposal(agent: &mut Playbook, ctx: &ProposalContext) -> Proposal {
+        match agent.propose(ctx).unwrap() {
             Proposed::Edits(p) => p,
             _ => panic!("expected a proposal"),
+        }
+    }
+
+    fn measured(
+        p: &Proposal,
+        n: usize,
+        champion: &str,
+        ratio: f64,
+        ci: [f64; 2],
+    ) -> AttemptSummary {
+        let idea = p.playbook_id.clone().unwrap();
+        let verdict = if ci[1] < 1.0 {
+            AttemptVerdict::Promising
+        } else {
+            AttemptVerdict::Discard
         };
+        let mut a = AttemptSummary::measured(n, &idea, champion, verdict);
+        a.ratio = Some(ratio);
+        a.ci95 = Some(ci);
+        a
+    }
+
+    #[test]
+    fn proposes_by_prior_and_skips_what_was_tried_or_needs_a_missing_win() {
+        let mut agent = agent();
+        let mut ctx = ProposalContext::for_tests(vanilla(), Path::new(""));
+        let first = proposal(&mut agent, &ctx);
         assert_eq!(first.playbook_id.as_deref(), Some("ring-defer-taskrun"));
-        ctx.history.push(super::super::AttemptSummary {
-            number: 1,
-            hypothesis: first.hypothesis,
-            verdict: AttemptVerdict::Discard,
-            ratio: None,
-            ci95: None,
-            playbook_id: first.playbook_id,
-            champion: "c0".into(),
-            detail: None,
-        });
-        let Proposed::Edits(second) = agent.propose(&ctx).unwrap() else {
-            panic!("expected a proposal")
-        };
+        assert_eq!(first.origin, Origin::Agent);
+        ctx.history
+            .push(measured(&first, 1, "c0", 0.99, [0.985, 0.996]));
+        let second = proposal(&mut agent, &ctx);
         assert_eq!(second.playbook_id.as_deref(), Some("multishot-accept"));
-        // Against a new champion the discarded idea is worth retrying.
-        ctx.champion_commit = "c1".into();
-        let Proposed::Edits(again) = agent.propose(&ctx).unwrap() else {
-            panic!("expected a proposal")
-        };
-        assert_eq!(again.playbook_id.as_deref(), Some("ring-defer-taskrun"));
-        // A kept entry is never proposed again, even where its edits would
-        // still apply (multishot-accept only inserts before anchor lines).
+        // Against a new champion the near-zero idea is worth a retry, and
+        // says so; the multishot idea (kept) is never proposed again, even
+        // where its edits would still apply (it only inserts before anchors).
         let multishot = edit::apply_all(&ctx.files, &second.edits).unwrap();
-        assert!(
-            edit::apply_all(&multishot, &second.edits).is_ok(),
-            "the premise of this check"
-        );
+        assert!(edit::apply_all(&multishot, &second.edits).is_ok());
+        ctx.history
+            .push(measured(&second, 2, "c0", 0.9, [0.88, 0.92]));
         ctx.files = multishot;
         ctx.kept_ids = vec!["multishot-accept".into()];
-        ctx.champion_commit = "c2".into();
-        for _ in 0..3 {
+        ctx.champion_commit = "c1".into();
+        ctx.lineage.push("c1".into());
+        let mut seen = vec![];
+        for n in 3..40 {
             let Proposed::Edits(p) = agent.propose(&ctx).unwrap() else {
                 break;
             };
-            assert_ne!(p.playbook_id.as_deref(), Some("multishot-accept"));
-            ctx.history.push(super::super::AttemptSummary {
-                number: 9,
-                hypothesis: p.hypothesis,
-                verdict: AttemptVerdict::Discard,
-                ratio: None,
-                ci95: None,
-                playbook_id: p.playbook_id,
-                champion: "c2".into(),
-                detail: None,
-            });
+            let idea = p.playbook_id.clone().unwrap();
+            assert_ne!(idea, "multishot-accept");
+            assert!(
+                !seen.contains(&idea),
+                "{idea} proposed twice on one champion"
+            );
+            if idea == "ring-defer-taskrun" {
+                assert_eq!((p.origin, p.retry_of), (Origin::Retry, Some(1)));
+            }
+            seen.push(idea);
+            ctx.history.push(measured(&p, n, "c1", 1.05, [1.03, 1.07]));
         }
+        assert!(seen.contains(&"ring-defer-taskrun".to_string()), "{seen:?}");
+        // Ideas that need a missing win are not proposed.
+        assert!(
+            !seen.iter().any(|i| i.starts_with("file-table")),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn a_parameter_is_explored_coarse_then_fine_and_the_search_stops() {
+        let entries: Vec<Entry> = load(&root().join("knowledge-base/playbook"))
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.id == "queue-depth")
+            .collect();
+        assert_eq!(entries.len(), 1, "the playbook has a queue-depth parameter");
+        let mut agent = Playbook::new(entries, SearchConfig::default(), 0.03);
+        let mut ctx = ProposalContext::for_tests(vanilla(), Path::new(""));
+        let mut order = vec![];
+        for n in 1..20 {
+            let Proposed::Edits(p) = agent.propose(&ctx).unwrap() else {
+                break;
+            };
+            let files = edit::apply_all(&ctx.files, &p.edits).unwrap();
+            assert!(files["treatment/server.c"].contains(&format!(
+                "#define QUEUE_DEPTH {}\n",
+                p.playbook_id.as_deref().unwrap().split('=').nth(1).unwrap()
+            )));
+            order.push(p.playbook_id.clone().unwrap());
+            ctx.history.push(measured(&p, n, "c0", 1.0, [0.99, 1.01]));
+        }
+        // From 2048: x4 each way, then x2 each way, then nothing is likely.
+        assert_eq!(
+            order,
+            [
+                "queue-depth=512",
+                "queue-depth=8192",
+                "queue-depth=1024",
+                "queue-depth=4096"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_entry_out_of_range_is_named_with_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("x.toml"),
+            "id = \"x\"\ncategory = \"c\"\nhypothesis = \"h {value}\"\n[param]\ndefine = \"X\"\nmin = 1\nmax = 64\nvalues = [128]\n",
+        )
+        .unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("x.toml") && e.contains("param.values[0] = 128"),
+            "{e}"
+        );
     }
 }

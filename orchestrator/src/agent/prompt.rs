@@ -1,8 +1,9 @@
 //! The prompt the LLM and CLI agents receive: goal, contract, rules, the
-//! champion's source, every earlier attempt with its measured outcome, the
+//! champion's source, every earlier attempt with its measured outcome and
+//! where it came from, the promising pool a stack or retry can draw on, the
 //! lessons digest and the champion's latest profile.
 
-use super::ProposalContext;
+use super::{Origin, ProposalContext};
 
 pub fn build(ctx: &ProposalContext, reply_format: &str) -> String {
     let mut p = String::new();
@@ -34,11 +35,28 @@ pub fn build(ctx: &ProposalContext, reply_format: &str) -> String {
     }
     for a in &ctx.history {
         let ratio = a.ratio.map_or("-".into(), |r| format!("{r:.3}"));
-        let ci = a
-            .ci95
-            .map_or(String::new(), |[l, h]| format!(" CI95 [{l:.3}, {h:.3}]"));
+        let ci = a.ci95.map_or(String::new(), |[l, h]| {
+            format!(" {:.1}% interval [{l:.3}, {h:.3}]", a.ci_level * 100.0)
+        });
+        let origin = match a.origin {
+            Origin::Agent => String::new(),
+            Origin::Stack => format!(
+                " [stack of {}]",
+                a.stack_of
+                    .iter()
+                    .map(|n| format!("#{n}"))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            ),
+            Origin::Retry => format!(" [retry of #{}]", a.retry_of.unwrap_or(0)),
+        };
+        let when = super::search::distance(&ctx.lineage, &a.champion);
+        let when = match when {
+            0 => "against the current champion".to_string(),
+            k => format!("{k} champion(s) ago"),
+        };
         p += &format!(
-            "- #{} {} => {} ratio {ratio}{ci}\n",
+            "- #{} {}{origin} => {} ratio {ratio}{ci} ({when})\n",
             a.number, a.hypothesis, a.verdict
         );
         if let Some(d) = &a.detail {
@@ -47,6 +65,31 @@ pub fn build(ctx: &ProposalContext, reply_format: &str) -> String {
             }
         }
     }
+    p += "\n# Promising pool\n\nAttempts credibly cheaper than their champion (whole interval below 1) \
+          but short of the threshold, not in the champion. Several small wins together can clear the \
+          threshold: reply `STACK: <numbers>` to have ratchet merge them onto the champion and \
+          measure the union, or `RETRY: <number>` to measure one again on the current champion. \
+          The loop stacks them itself when the measurements say the union likely clears the line; \
+          no idea is measured twice against the same champion.\n\n";
+    if ctx.pool.is_empty() {
+        p += "Empty.\n";
+    }
+    for e in &ctx.pool {
+        p += &format!(
+            "- #{} {} ratio {:.3}, {:.1}% interval [{:.3}, {:.3}], measured {} champion(s) ago\n",
+            e.attempt,
+            e.hypothesis,
+            e.ratio,
+            e.ci_level * 100.0,
+            e.ci[0],
+            e.ci[1],
+            e.champions_ago
+        );
+    }
+    if !ctx.kept_ideas.is_empty() {
+        p += &format!("\nIdeas in the champion: {}\n", ctx.kept_ideas.join(", "));
+    }
+    p += &format!("Retries left in this run: {}\n", ctx.retries_left);
     p += "\n# Lessons\n\n";
     p += &ctx.lessons;
     if let Some(profile) = &ctx.profile {

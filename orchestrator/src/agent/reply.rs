@@ -1,5 +1,7 @@
 //! The reply format of the API agents: a hypothesis line, an optional
-//! category line, and search/replace blocks.
+//! category line, and search/replace blocks; or, instead of an edit, a
+//! `STACK:` line naming promising attempts to merge onto the champion, or a
+//! `RETRY:` line naming one earlier attempt to measure again on it.
 //!
 //! ```text
 //! HYPOTHESIS: one sentence
@@ -20,6 +22,10 @@ pub struct Reply {
     pub hypothesis: String,
     pub category: String,
     pub edits: Vec<Edit>,
+    /// Attempt numbers to stack (two or more), instead of edits.
+    pub stack: Vec<usize>,
+    /// An attempt to retry, instead of edits.
+    pub retry: Option<usize>,
 }
 
 pub const FORMAT: &str =
@@ -30,16 +36,36 @@ CATEGORY: <one word>
 =======
 <the lines that replace them>
 >>>>>>> REPLACE
-(repeat the block for further edits)";
+(repeat the block for further edits)
+Or, instead of HYPOTHESIS and blocks, one line of either:
+STACK: <two or more attempt numbers from the promising pool, e.g. 3, 5>
+RETRY: <one earlier attempt number, to measure again on the current champion>";
 
 pub fn parse(text: &str) -> Result<Reply> {
     let mut hypothesis = None;
     let mut category = String::from("uncategorized");
     let mut edits = Vec::new();
+    let mut stack = Vec::new();
+    let mut retry = None;
     let mut lines = text.lines().enumerate();
     while let Some((n, line)) = lines.next() {
         let trimmed = line.trim();
-        if let Some(h) = trimmed.strip_prefix("HYPOTHESIS:") {
+        if let Some(list) = trimmed.strip_prefix("STACK:") {
+            for part in list.split([',', ' ']).filter(|p| !p.trim().is_empty()) {
+                match part.trim().trim_start_matches('#').parse() {
+                    Ok(k) => stack.push(k),
+                    Err(_) => bail!("line {}: STACK names attempt numbers, got {part:?}", n + 1),
+                }
+            }
+            if stack.len() < 2 {
+                bail!("line {}: a STACK names at least two attempts", n + 1);
+            }
+        } else if let Some(k) = trimmed.strip_prefix("RETRY:") {
+            let k = k.trim().trim_start_matches('#');
+            retry = Some(k.parse().map_err(|_| {
+                anyhow::anyhow!("line {}: RETRY names one attempt number, got {k:?}", n + 1)
+            })?);
+        } else if let Some(h) = trimmed.strip_prefix("HYPOTHESIS:") {
             hypothesis = Some(h.trim().to_string());
         } else if let Some(c) = trimmed.strip_prefix("CATEGORY:") {
             category = c.trim().to_string();
@@ -82,6 +108,18 @@ pub fn parse(text: &str) -> Result<Reply> {
             });
         }
     }
+    if !stack.is_empty() || retry.is_some() {
+        if !stack.is_empty() && retry.is_some() {
+            bail!("a reply is a STACK or a RETRY, not both");
+        }
+        return Ok(Reply {
+            hypothesis: hypothesis.unwrap_or_default(),
+            category,
+            edits,
+            stack,
+            retry,
+        });
+    }
     let Some(hypothesis) = hypothesis.filter(|h| !h.is_empty()) else {
         bail!("the reply has no `HYPOTHESIS: ...` line");
     };
@@ -92,6 +130,8 @@ pub fn parse(text: &str) -> Result<Reply> {
         hypothesis,
         category,
         edits,
+        stack,
+        retry,
     })
 }
 
@@ -114,6 +154,23 @@ mod tests {
                 replace: "\tsend(MSG_MORE);\n".into()
             }]
         );
+    }
+
+    #[test]
+    fn a_stack_or_a_retry_replaces_the_edits() {
+        let r = parse("I would combine them.\nSTACK: #3, 5\n").unwrap();
+        assert_eq!((r.stack, r.retry), (vec![3, 5], None));
+        let r = parse("RETRY: 4\n").unwrap();
+        assert_eq!((r.stack, r.retry), (vec![], Some(4)));
+        assert!(parse("STACK: 3\n").unwrap_err().to_string().contains("two"));
+        assert!(parse("STACK: a, b\n")
+            .unwrap_err()
+            .to_string()
+            .contains("numbers"));
+        assert!(parse("STACK: 1 2\nRETRY: 3\n")
+            .unwrap_err()
+            .to_string()
+            .contains("not both"));
     }
 
     #[test]

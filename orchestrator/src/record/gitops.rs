@@ -182,6 +182,46 @@ impl RunRepo {
         Ok(())
     }
 
+    /// Merges each attempt commit of `parts` onto `champion`'s tree in turn,
+    /// three-way (the attempt's parent is the base: a cherry-pick), and
+    /// writes the union into the worktree; HEAD stays at the champion. A
+    /// part whose change conflicts with the champion or an earlier part is
+    /// named with its paths: the merge stops there and the worktree is
+    /// left as it was.
+    pub fn merge_into_worktree(
+        &self,
+        champion: git2::Oid,
+        parts: &[(usize, git2::Oid)],
+    ) -> Result<std::result::Result<(), String>> {
+        let mut ours = self.repo.find_commit(champion)?.tree()?;
+        for (n, oid) in parts {
+            let commit = self.repo.find_commit(*oid)?;
+            let theirs = commit.tree()?;
+            let base = commit.parent(0)?.tree()?;
+            let mut index = self.repo.merge_trees(&base, &ours, &theirs, None)?;
+            if index.has_conflicts() {
+                let paths: Vec<String> = index
+                    .conflicts()?
+                    .filter_map(|c| c.ok())
+                    .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                    .map(|e| String::from_utf8_lossy(&e.path).to_string())
+                    .collect();
+                return Ok(Err(format!(
+                    "attempt #{n} does not apply to the champion {}: its change conflicts in {}",
+                    short(&champion.to_string()),
+                    paths.join(", ")
+                )));
+            }
+            let tree = index.write_tree_to(&self.repo)?;
+            ours = self.repo.find_tree(tree)?;
+        }
+        let mut checkout = git2::build::CheckoutBuilder::new();
+        checkout.force();
+        self.repo
+            .checkout_tree(ours.as_object(), Some(&mut checkout))?;
+        Ok(Ok(()))
+    }
+
     /// The unified diff between two commits.
     pub fn diff(&self, from: git2::Oid, to: git2::Oid) -> Result<String> {
         let a = self.repo.find_commit(from)?.tree()?;

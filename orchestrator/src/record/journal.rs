@@ -11,7 +11,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::agent::Usage;
+use crate::agent::{Origin, Usage};
 use crate::bench::environment::Fingerprint;
 use crate::bench::meter::MeterEvent;
 use crate::bench::samples::Samples;
@@ -87,6 +87,20 @@ pub struct AttemptRecord {
     pub hypothesis: String,
     pub category: String,
     pub playbook_id: Option<String>,
+    /// What the search counts as one idea: the playbook id (with a
+    /// parameter's value), `#n` for an agent's own edit first tried as
+    /// attempt n, the retried attempt's idea for a retry, and
+    /// `stack:<idea>+<idea>...` for a stack. Absent from older journals.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub idea: String,
+    #[serde(default)]
+    pub origin: Origin,
+    /// A stack's parts, as attempt numbers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack_of: Vec<usize>,
+    /// The earlier attempt a retry measures again on a newer champion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<usize>,
     /// The champion commit the attempt was made against.
     pub champion: String,
     /// `refs/ratchet/<run>/attempts/<n>`: the attempt's tree, whatever its verdict.
@@ -136,18 +150,42 @@ pub struct ChampionRecord {
     pub cumulative_ratio: f64,
     pub vs_control: Option<f64>,
     pub kept_ids: Vec<String>,
+    /// The ideas the champion contains (see [`AttemptRecord::idea`]); a
+    /// kept stack contributes its parts'.
+    #[serde(default)]
+    pub kept_ideas: Vec<String>,
+    /// The champions before this one, the run's start first.
+    #[serde(default)]
+    pub lineage: Vec<String>,
 }
 
 impl ChampionRecord {
-    /// The champion that attempt `a`, kept as `commit`, makes of this one.
-    pub fn succeeded_by(&self, a: &AttemptRecord, commit: String, cost: Option<f64>) -> Self {
+    /// The champion that attempt `a`, kept as `commit`, makes of this one;
+    /// `parts` are the attempts a stack merged (empty otherwise).
+    pub fn succeeded_by(
+        &self,
+        a: &AttemptRecord,
+        parts: &[&AttemptRecord],
+        commit: String,
+        cost: Option<f64>,
+    ) -> Self {
         let ratio = a
             .vs_champion
             .as_ref()
             .and_then(|c| c.ratio_median)
             .unwrap_or(1.0);
         let mut kept_ids = self.kept_ids.clone();
-        kept_ids.extend(a.playbook_id.clone());
+        let mut kept_ideas = self.kept_ideas.clone();
+        let mut lineage = self.lineage.clone();
+        lineage.push(self.commit.clone());
+        if parts.is_empty() {
+            kept_ids.extend(a.playbook_id.clone());
+            kept_ideas.push(a.idea.clone());
+        }
+        for p in parts {
+            kept_ids.extend(p.playbook_id.clone());
+            kept_ideas.push(p.idea.clone());
+        }
         Self {
             commit,
             attempt: a.number,
@@ -157,6 +195,8 @@ impl ChampionRecord {
             cumulative_ratio: self.cumulative_ratio * ratio,
             vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
             kept_ids,
+            kept_ideas,
+            lineage,
         }
     }
 }

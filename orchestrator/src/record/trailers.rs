@@ -4,6 +4,8 @@
 
 use anyhow::{Context, Result};
 
+use crate::agent::Origin;
+
 const RUN: &str = "Ratchet-Run";
 const ATTEMPT: &str = "Ratchet-Attempt";
 const METER: &str = "Ratchet-Meter";
@@ -11,6 +13,48 @@ const COST: &str = "Ratchet-Cost-Per-Connection";
 const RATIO: &str = "Ratchet-Ratio";
 const CI95: &str = "Ratchet-CI95";
 const VS_CONTROL: &str = "Ratchet-Vs-Control";
+const ORIGIN: &str = "Ratchet-Origin";
+const STACK_OF: &str = "Ratchet-Stack-Of";
+const RETRY_OF: &str = "Ratchet-Retry-Of";
+
+/// Where an attempt came from, as every commit of it says.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Provenance {
+    pub origin: Origin,
+    pub stack_of: Vec<usize>,
+    pub retry_of: Option<usize>,
+}
+
+impl Provenance {
+    fn render(&self) -> String {
+        let mut s = format!("{ORIGIN}: {}\n", self.origin.name());
+        if !self.stack_of.is_empty() {
+            let parts: Vec<String> = self.stack_of.iter().map(|n| n.to_string()).collect();
+            s += &format!("{STACK_OF}: {}\n", parts.join(" "));
+        }
+        if let Some(n) = self.retry_of {
+            s += &format!("{RETRY_OF}: {n}\n");
+        }
+        s
+    }
+
+    /// Absent trailers (a commit of an older ratchet) read as the agent's.
+    fn parse(message: &str) -> Self {
+        Self {
+            origin: value(message, ORIGIN)
+                .and_then(Origin::parse)
+                .unwrap_or_default(),
+            stack_of: value(message, STACK_OF)
+                .map(|v| {
+                    v.split_whitespace()
+                        .filter_map(|n| n.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            retry_of: value(message, RETRY_OF).and_then(|v| v.parse().ok()),
+        }
+    }
+}
 
 /// What a kept commit records about its measurement.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,11 +68,15 @@ pub struct Evidence {
     pub ratio: Option<f64>,
     pub ci95: Option<[f64; 2]>,
     pub vs_control: Option<f64>,
+    pub provenance: Provenance,
 }
 
 /// The trailers of an attempt's own commit (its ref), which carries no measurement.
-pub fn attempt(run: &str, attempt: usize) -> String {
-    format!("{RUN}: {run}\n{ATTEMPT}: {attempt}\n")
+pub fn attempt(run: &str, attempt: usize, provenance: &Provenance) -> String {
+    format!(
+        "{RUN}: {run}\n{ATTEMPT}: {attempt}\n{}",
+        provenance.render()
+    )
 }
 
 impl Evidence {
@@ -39,7 +87,7 @@ impl Evidence {
             .map_or("-".into(), |[lo, hi]| format!("{lo:.4} {hi:.4}"));
         format!(
             "{}{METER}: {}\n{COST}: {} {}\n{RATIO}: {}\n{CI95}: {ci}\n{VS_CONTROL}: {}\n",
-            attempt(&self.run, self.attempt),
+            attempt(&self.run, self.attempt, &self.provenance),
             self.meter,
             num(self.cost_per_connection, 1),
             self.unit,
@@ -74,6 +122,7 @@ impl Evidence {
             ratio: number(value(message, RATIO)),
             ci95,
             vs_control: number(value(message, VS_CONTROL)),
+            provenance: Provenance::parse(message),
         })
     }
 }
@@ -104,6 +153,11 @@ mod tests {
             ratio: Some(0.878),
             ci95: Some([0.857, 0.978]),
             vs_control: Some(0.4771),
+            provenance: Provenance {
+                origin: Origin::Stack,
+                stack_of: vec![3, 5],
+                retry_of: None,
+            },
         }
     }
 
@@ -112,6 +166,23 @@ mod tests {
         let e = evidence();
         let message = format!("Use multishot accept\n\nAgent: playbook\n\n{}", e.render());
         assert_eq!(Evidence::parse("abc", &message).unwrap(), e);
+    }
+
+    #[test]
+    fn a_commit_without_provenance_reads_as_the_agents() {
+        let old = "subject\n\nRatchet-Run: r\nRatchet-Attempt: 2\n";
+        assert_eq!(
+            Evidence::parse("abc", old).unwrap().provenance,
+            Provenance::default()
+        );
+        let retry = Provenance {
+            origin: Origin::Retry,
+            stack_of: vec![],
+            retry_of: Some(4),
+        };
+        let text = attempt("r", 9, &retry);
+        assert!(text.contains("Ratchet-Retry-Of: 4"), "{text}");
+        assert_eq!(Evidence::parse("abc", &text).unwrap().provenance, retry);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! decision level). When the interval straddles the threshold line the
 //! evidence is extended once with more samples; a suspiciously large gain is
 //! extended once too before it can be kept. A keep made in a duet must also
-//! survive its confirmation alone ([`unconfirmed`]).
+//! survive its confirmation alone ([`unconfirmed`]). A candidate not kept
+//! whose whole interval lies below 1 is `promising`: a real, sub-threshold
+//! saving that the search may stack with others or retry later.
 
 use crate::bench::samples::Samples;
 use crate::bench::trial::Measurement;
@@ -38,6 +40,9 @@ pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bo
     }
     if !extended && lo < line && line < hi {
         return Step::Extend;
+    }
+    if hi < 1.0 {
+        return Step::Decided(AttemptVerdict::Promising);
     }
     Step::Decided(AttemptVerdict::Discard)
 }
@@ -177,6 +182,24 @@ mod tests {
         );
         assert_eq!(
             decide(&cmp(0.99, 0.98, 1.00), 0.03, 2.0, false),
+            Step::Decided(AttemptVerdict::Discard)
+        );
+    }
+
+    #[test]
+    fn credibly_cheaper_but_short_of_the_line_is_promising() {
+        assert_eq!(
+            decide(&cmp(0.985, 0.978, 0.992), 0.03, 2.0, false),
+            Step::Decided(AttemptVerdict::Promising)
+        );
+        // After its extension a straddling interval wholly below 1 is
+        // promising too; one that reaches 1 is a discard.
+        assert_eq!(
+            decide(&cmp(0.975, 0.96, 0.99), 0.03, 2.0, true),
+            Step::Decided(AttemptVerdict::Promising)
+        );
+        assert_eq!(
+            decide(&cmp(0.985, 0.97, 1.0), 0.03, 2.0, true),
             Step::Decided(AttemptVerdict::Discard)
         );
     }

@@ -6,5 +6,6 @@ pub mod compare;
 pub mod format;
 pub mod judge;
 pub mod keep;
+pub mod posterior;
 pub mod stats;
 pub mod verdict;

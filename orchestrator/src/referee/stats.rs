@@ -226,12 +226,11 @@ pub fn samples_needed(sd: f64, effect: f64, level: f64, power: f64) -> usize {
         .unwrap_or(10_000)
 }
 
-#[cfg(test)]
-/// A deterministic generator of normal variates (Box-Muller over an LCG),
-/// so the simulations below give the same answer every run.
+/// A deterministic generator of normal variates (Box-Muller over an LCG):
+/// the simulations below and the search's Thompson draws give the same
+/// answer every run for a seed.
 pub struct Normals(pub u64);
 
-#[cfg(test)]
 impl Normals {
     fn uniform(&mut self) -> f64 {
         self.0 = self

@@ -36,6 +36,10 @@ pub enum AttemptVerdict {
     Keep,
     /// Measured, and not better by the threshold.
     Discard,
+    /// Measured credibly cheaper (the whole decision interval below 1) but
+    /// short of the threshold: discarded as champion, kept as material for
+    /// stacks and retries.
+    Promising,
     /// Better by the threshold, but its p99 latency beyond
     /// `compare.max_p99_factor` times the champion's: CPU bought with waiting.
     LatencyRegression,
@@ -51,7 +55,8 @@ pub enum AttemptVerdict {
     Malformed,
     /// The agent could not be reached or failed.
     AgentError,
-    /// Replay only: the recorded edit does not apply to this replay's champion.
+    /// The edit does not apply to the champion: a replayed attempt, or a
+    /// stack or retry whose part conflicts with it (the detail names the part).
     DoesNotApply,
     /// Replay only: the attempt recorded nothing to re-apply.
     Skipped,
@@ -62,6 +67,7 @@ impl AttemptVerdict {
         match self {
             AttemptVerdict::Keep => "keep",
             AttemptVerdict::Discard => "discard",
+            AttemptVerdict::Promising => "promising",
             AttemptVerdict::LatencyRegression => "latency_regression",
             AttemptVerdict::Invalid => "invalid",
             AttemptVerdict::BuildFailed => "build_failed",
@@ -76,6 +82,14 @@ impl AttemptVerdict {
 
     pub fn is_keep(self) -> bool {
         self == AttemptVerdict::Keep
+    }
+
+    /// The referee measured the candidate and decided: kept, or not.
+    pub fn is_decided(self) -> bool {
+        matches!(
+            self,
+            AttemptVerdict::Keep | AttemptVerdict::Discard | AttemptVerdict::Promising
+        )
     }
 }
 
@@ -127,6 +141,7 @@ mod tests {
     fn attempt_verdicts_keep_the_journal_names() {
         for v in [
             AttemptVerdict::Keep,
+            AttemptVerdict::Promising,
             AttemptVerdict::BuildFailed,
             AttemptVerdict::NoOp,
             AttemptVerdict::AgentError,

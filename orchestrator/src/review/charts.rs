@@ -12,6 +12,7 @@ use crate::review::svg::{range, Chart, Marker, PointStyle};
 
 pub const KEPT: &str = "#1b9e77";
 pub const DISCARDED: &str = "#7f7f7f";
+pub const PROMISING: &str = "#a6761d";
 pub const FAILED: &str = "#d95f02";
 /// Each chart's own ink, so a rendering check can tell that each was drawn.
 pub const STAIRCASE: &str = "#2166ac";
@@ -27,6 +28,7 @@ pub fn style(verdict: AttemptVerdict) -> (&'static str, Marker) {
     match verdict {
         AttemptVerdict::Keep => (KEPT, Marker::Dot),
         AttemptVerdict::Discard => (DISCARDED, Marker::Ring),
+        AttemptVerdict::Promising => (PROMISING, Marker::Ring),
         AttemptVerdict::Invalid => (FAILED, Marker::Cross),
         _ => (FAILED, Marker::Square),
     }
@@ -185,9 +187,10 @@ pub fn ratio_chart(run: &RecordedRun) -> String {
     }
     c.legend(
         INTERVAL,
-        "95% interval (bootstrap of the median block ratio)",
+        "interval of the median sample ratio at the keep rule's level (97.5% per look; exact order statistics)",
     );
     c.legend(KEPT, "kept");
+    c.legend(PROMISING, "promising (interval below 1, short of the line)");
     c.legend(DISCARDED, "discarded");
     c.render()
 }

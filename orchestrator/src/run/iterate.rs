@@ -6,8 +6,9 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::search::LoopMove;
 use super::{say, scope, Loop};
-use crate::agent::{AgentFailure, ProposalContext, Proposed};
+use crate::agent::{AgentFailure, Origin, ProposalContext, Proposed};
 use crate::bench::arm::Arm;
 use crate::bench::samples::Samples;
 use crate::clock::now_utc;
@@ -18,6 +19,14 @@ use crate::record::trailers;
 use crate::referee::format::fmt_ratio;
 use crate::referee::judge::{self, Judgement, Phase, Rules, Stages};
 use crate::referee::verdict::AttemptVerdict;
+
+fn provenance(record: &AttemptRecord) -> trailers::Provenance {
+    trailers::Provenance {
+        origin: record.origin,
+        stack_of: record.stack_of.clone(),
+        retry_of: record.retry_of,
+    }
+}
 
 /// The loop's side of the judging sequence: it builds the attempt's
 /// committed tree (exported where no agent or server writes, not the
@@ -106,6 +115,7 @@ impl Loop<'_> {
             ratio: cmp.and_then(|c| c.ratio_median),
             ci95: cmp.and_then(|c| c.ratio_ci95),
             vs_control: record.vs_control.as_ref().and_then(|c| c.ratio_median),
+            provenance: provenance(record),
         };
         format!(
             "{}\n\nAgent: {}{}\nCategory: {}\nMeasured side by side with the champion and the control in {} blocks;\n\
@@ -170,6 +180,10 @@ impl Loop<'_> {
             hypothesis: String::new(),
             category: "uncategorized".into(),
             playbook_id: None,
+            idea: format!("#{n}"),
+            origin: Origin::Agent,
+            stack_of: vec![],
+            retry_of: None,
             champion: champion_commit.clone(),
             attempt_ref: None,
             commit: None,
@@ -202,14 +216,24 @@ impl Loop<'_> {
             r
         };
 
-        // propose
-        self.bar
-            .set_message(format!("#{n} asking the {} agent", self.agent.name()));
+        // propose: the loop's own move (a stack, or a retry for an agent
+        // that plans none), else the agent's
+        let history = self.history();
+        let lineage = self.lineage();
+        let (forced, pool, retries_left) = {
+            let view = self.view(&history, &lineage);
+            let forced = view.next_move(self.agent.plans_retries());
+            (forced, view.pool(), view.retries_left())
+        };
         let ctx = ProposalContext {
             files: self.allowed_files()?,
             champion_commit: champion_commit.clone(),
             kept_ids: self.champion.kept_ids.clone(),
-            history: self.history(),
+            kept_ideas: self.champion.kept_ideas.clone(),
+            lineage: lineage.clone(),
+            history: history.clone(),
+            pool,
+            retries_left,
             lessons: self.kb.digest(),
             profile: self.profile_text.clone(),
             contract_request: self.config().contract.request.clone(),
@@ -220,7 +244,15 @@ impl Loop<'_> {
         let t = Instant::now();
         let git_before = GitDirSnapshot::take(&self.git)?;
         let tree_before = MainTreeSnapshot::take(&self.session.workspace.root)?;
-        let proposed = self.agent.propose(&ctx);
+        let proposed = match forced {
+            Some(LoopMove::Stack(parts)) => Ok(Proposed::Stack { parts, usage: None }),
+            Some(LoopMove::Retry(of)) => Ok(Proposed::Retry { of, usage: None }),
+            None => {
+                self.bar
+                    .set_message(format!("#{n} asking the {} agent", self.agent.name()));
+                self.agent.propose(&ctx)
+            }
+        };
         record.durations.propose_s = t.elapsed().as_secs_f64();
         let mut tampering: Vec<String> = git_before
             .restore(&self.git)?
@@ -254,11 +286,19 @@ impl Loop<'_> {
                 return Ok(true);
             }
         };
-        match proposed {
+        let refused = match proposed {
             Proposed::Exhausted => return Ok(false),
             Proposed::Edits(p) => {
                 record.hypothesis = p.hypothesis;
                 record.category = p.category;
+                record.origin = p.origin;
+                record.retry_of = p.retry_of;
+                let retried = p
+                    .retry_of
+                    .and_then(|k| self.attempts.iter().find(|a| a.number == k));
+                if let Some(idea) = p.playbook_id.clone().or(retried.map(|a| a.idea.clone())) {
+                    record.idea = idea;
+                }
                 record.playbook_id = p.playbook_id;
                 record.usage = p.usage;
                 match crate::agent::edit::apply_all(&ctx.files, &p.edits) {
@@ -266,12 +306,9 @@ impl Loop<'_> {
                         for (path, text) in files {
                             std::fs::write(self.git.path.join(&path), text)?;
                         }
+                        None
                     }
-                    Err(e) => {
-                        let r = finish(record, AttemptVerdict::Malformed, Some(format!("{e:#}")));
-                        self.record(r)?;
-                        return Ok(true);
-                    }
+                    Err(e) => Some((AttemptVerdict::Malformed, format!("{e:#}"))),
                 }
             }
             Proposed::WorktreeChanged {
@@ -280,7 +317,37 @@ impl Loop<'_> {
             } => {
                 record.hypothesis = hypothesis;
                 record.category = category;
+                None
             }
+            Proposed::Stack { parts, usage } => {
+                record.usage = usage;
+                self.git.reset_hard(champion_oid)?;
+                self.merge_move(&mut record, Origin::Stack, &parts)?
+            }
+            Proposed::Retry { of, usage } => {
+                record.usage = usage;
+                self.git.reset_hard(champion_oid)?;
+                self.merge_move(&mut record, Origin::Retry, &[of])?
+            }
+        };
+        // No (idea, champion) pair is measured twice, whoever proposed it.
+        let refused = refused.or_else(|| {
+            let view = self.view(&history, &lineage);
+            view.tried_here(&record.idea).map(|k| {
+                (
+                    AttemptVerdict::NoOp,
+                    format!(
+                        "{} was already measured against this champion, as attempt #{k}",
+                        record.idea
+                    ),
+                )
+            })
+        });
+        if let Some((verdict, detail)) = refused {
+            self.git.reset_hard(champion_oid)?;
+            let r = finish(record, verdict, Some(detail));
+            self.record(r)?;
+            return Ok(true);
         }
 
         // scope
@@ -303,7 +370,7 @@ impl Loop<'_> {
         let message = format!(
             "attempt {n}: {}\n\n{}",
             record.hypothesis,
-            trailers::attempt(&self.run.run_id, n)
+            trailers::attempt(&self.run.run_id, n, &provenance(&record))
         );
         if !outside.is_empty() {
             let detail = format!(
@@ -369,9 +436,7 @@ impl Loop<'_> {
             let commit = self.git.commit_tree(attempt_tree, &msg, true)?;
             self.git.reset_hard(commit)?;
             record.commit = Some(commit.to_string());
-            let new_champion = self
-                .champion
-                .succeeded_by(&record, commit.to_string(), Some(cost));
+            let new_champion = self.successor(&record, commit.to_string(), cost);
             let r = finish(record, AttemptVerdict::Keep, None);
             self.record(r)?;
             self.journal.write_champion(&new_champion)?;

@@ -11,8 +11,10 @@
 
 mod aa;
 mod iterate;
+mod moves;
 mod recover;
 mod scope;
+mod search;
 mod stop;
 mod summary;
 
@@ -36,7 +38,6 @@ use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, 
 use crate::record::knowledge::{self, KnowledgeBase};
 use crate::referee::compare::ratio_so_far;
 use crate::referee::format::fmt_ratio;
-use crate::referee::verdict::AttemptVerdict;
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -375,6 +376,8 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
                 cumulative_ratio: 1.0,
                 vs_control: None,
                 kept_ids: vec![],
+                kept_ideas: vec![],
+                lineage: vec![],
             };
             journal.write_champion(&champion)?;
             say(
@@ -446,10 +449,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
     }
     written?;
     let ending = outcome?;
-    let decided = lp
-        .attempts
-        .iter()
-        .any(|a| matches!(a.verdict, AttemptVerdict::Keep | AttemptVerdict::Discard));
+    let decided = lp.attempts.iter().any(|a| a.verdict.is_decided());
     match (ending.refused, decided) {
         (true, _) => Err(Undecided {
             code: EXIT_REFUSED,

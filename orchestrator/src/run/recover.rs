@@ -21,7 +21,11 @@ pub fn reconcile(
             .find(|a| a.commit.as_deref() == Some(head.as_str()))
         {
             // Crashed after journaling a keep but before champion.json: finish it.
-            *champion = champion.succeeded_by(a, head, None);
+            let parts: Vec<&AttemptRecord> = attempts
+                .iter()
+                .filter(|p| a.stack_of.contains(&p.number))
+                .collect();
+            *champion = champion.succeeded_by(a, &parts, head, None);
             journal.write_champion(champion)?;
         } else {
             tracing::warn!(

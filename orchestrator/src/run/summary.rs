@@ -18,9 +18,14 @@ impl Loop<'_> {
                 verdict: a.verdict,
                 ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
                 ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                ci_level: a.vs_champion.as_ref().map_or(0.95, |c| c.ci_level),
                 playbook_id: a.playbook_id.clone(),
                 champion: a.champion.clone(),
                 detail: a.build_log_tail.clone().or_else(|| a.detail.clone()),
+                idea: a.idea.clone(),
+                origin: a.origin,
+                stack_of: a.stack_of.clone(),
+                retry_of: a.retry_of,
             })
             .collect()
     }
