@@ -7,7 +7,6 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-use crate::agent::search::SearchConfig;
 use crate::bench::contract::Contract;
 use crate::bench::ration::SaturationConfig;
 
@@ -26,7 +25,7 @@ pub struct Config {
     pub build: BuildConfig,
     pub paths: PathsConfig,
     pub run: RunConfig,
-    pub search: SearchConfig,
+    pub search: crate::agent::search::SearchConfig,
     pub agents: AgentsConfig,
 }
 
