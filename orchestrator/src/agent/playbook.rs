@@ -94,6 +94,8 @@ struct Move {
     edits: Vec<Edit>,
     belief: Belief,
     retry_of: Option<usize>,
+    /// Never measured against any champion.
+    fresh: bool,
 }
 
 /// Verdicts after which an idea is not proposed again: it does not build,
@@ -152,6 +154,7 @@ impl Playbook {
             &self.cfg,
         );
         Some(Move {
+            fresh: search::observations(&ctx.history, &idea, &ctx.lineage).is_empty(),
             idea,
             hypothesis,
             category: entry.category.clone(),
@@ -222,8 +225,9 @@ impl Agent for Playbook {
     fn propose(&mut self, ctx: &ProposalContext) -> Result<Proposed> {
         let moves = self.moves(ctx);
         let beliefs: Vec<Belief> = moves.iter().map(|m| m.belief).collect();
+        let fresh: Vec<bool> = moves.iter().map(|m| m.fresh).collect();
         let round = ctx.history.len() as u64;
-        let Some(i) = search::choose(&beliefs, self.threshold, &self.cfg, round) else {
+        let Some(i) = search::choose(&beliefs, &fresh, self.threshold, &self.cfg, round) else {
             return Ok(Proposed::Exhausted);
         };
         let m = moves.into_iter().nth(i).expect("chosen among the moves");

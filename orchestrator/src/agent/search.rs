@@ -146,11 +146,22 @@ pub fn belief(
 
 /// The index of the move to make among `beliefs` (in the caller's order of
 /// preference), or None when none clears the keep line with at least
-/// `min_keep_probability`. `round` varies Thompson's draws between attempts
+/// `min_keep_probability`. A move never measured (`fresh`) stays eligible
+/// whatever its prior says: a curated idea is measured once before its
+/// belief can rule it out. `round` varies Thompson's draws between attempts
 /// while keeping them reproducible for a seed.
-pub fn choose(beliefs: &[Belief], threshold: f64, cfg: &SearchConfig, round: u64) -> Option<usize> {
+pub fn choose(
+    beliefs: &[Belief],
+    fresh: &[bool],
+    threshold: f64,
+    cfg: &SearchConfig,
+    round: u64,
+) -> Option<usize> {
     let eligible: Vec<usize> = (0..beliefs.len())
-        .filter(|&i| beliefs[i].keep_probability(threshold) >= cfg.min_keep_probability)
+        .filter(|&i| {
+            fresh.get(i).copied().unwrap_or(false)
+                || beliefs[i].keep_probability(threshold) >= cfg.min_keep_probability
+        })
         .collect();
     match cfg.policy {
         Policy::Greedy => eligible.into_iter().fold(None, |best: Option<usize>, i| {
@@ -188,12 +199,14 @@ mod tests {
     #[test]
     fn greedy_takes_the_likeliest_keep_and_stops_when_none_is_likely() {
         let cfg = SearchConfig::default();
-        assert_eq!(choose(&beliefs(), 0.03, &cfg, 0), Some(1));
+        assert_eq!(choose(&beliefs(), &[], 0.03, &cfg, 0), Some(1));
         let hopeless = [Belief::prior(1.0, 0.005), Belief::prior(1.2, 0.05)];
-        assert_eq!(choose(&hopeless, 0.03, &cfg, 0), None);
+        assert_eq!(choose(&hopeless, &[], 0.03, &cfg, 0), None);
+        // An idea never measured is tried whatever its prior.
+        assert_eq!(choose(&hopeless, &[false, true], 0.03, &cfg, 0), Some(1));
         // Ties go to the first.
         let same = [Belief::prior(1.0, 0.05), Belief::prior(1.0, 0.05)];
-        assert_eq!(choose(&same, 0.03, &cfg, 0), Some(0));
+        assert_eq!(choose(&same, &[], 0.03, &cfg, 0), Some(0));
     }
 
     #[test]
@@ -204,7 +217,9 @@ mod tests {
             ..SearchConfig::default()
         };
         let picks = |cfg: &SearchConfig| -> Vec<Option<usize>> {
-            (0..40).map(|r| choose(&beliefs(), 0.03, cfg, r)).collect()
+            (0..40)
+                .map(|r| choose(&beliefs(), &[], 0.03, cfg, r))
+                .collect()
         };
         assert_eq!(picks(&cfg), picks(&cfg));
         let other = SearchConfig {

@@ -495,3 +495,66 @@ impl MainTreeSnapshot {
         Ok(changed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    /// An attempt: the champion's file with `line` replaced, committed off
+    /// the branch as the loop does.
+    fn attempt(run: &RunRepo, champion: git2::Oid, from: &str, to: &str) -> git2::Oid {
+        run.reset_hard(champion).unwrap();
+        let f = run.path.join("a.c");
+        let text = std::fs::read_to_string(&f).unwrap().replace(from, to);
+        std::fs::write(&f, text).unwrap();
+        let oid = run.commit_worktree("attempt", false).unwrap();
+        run.reset_hard(champion).unwrap();
+        oid
+    }
+
+    #[test]
+    fn a_stack_merges_its_parts_and_a_conflicting_part_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("a.c"), "one\ntwo\nthree\nfour\nfive\nsix\n").unwrap();
+        git(&root, &["init", "-q", "-b", "main"]);
+        git(&root, &["add", "-A"]);
+        git(&root, &["commit", "-qm", "base"]);
+        let run = RunRepo::create(&root, "r", &dir.path().join("wt")).unwrap();
+        let champion = run.head().unwrap();
+        let a = attempt(&run, champion, "two\n", "TWO\n");
+        let b = attempt(&run, champion, "two\n", "deux\n");
+        let c = attempt(&run, champion, "six\n", "SIX\n");
+        run.merge_into_worktree(champion, &[(1, a), (3, c)])
+            .unwrap()
+            .unwrap();
+        let merged = std::fs::read_to_string(run.path.join("a.c")).unwrap();
+        assert_eq!(merged, "one\nTWO\nthree\nfour\nfive\nSIX\n");
+        assert_eq!(run.head().unwrap(), champion, "HEAD stays at the champion");
+        run.reset_hard(champion).unwrap();
+        let why = run
+            .merge_into_worktree(champion, &[(1, a), (2, b)])
+            .unwrap()
+            .unwrap_err();
+        assert!(why.contains("#2") && why.contains("a.c"), "{why}");
+        let left = std::fs::read_to_string(run.path.join("a.c")).unwrap();
+        assert!(
+            left.starts_with("one\ntwo\n"),
+            "the worktree is untouched: {left}"
+        );
+    }
+}
