@@ -434,6 +434,26 @@ fn the_report_is_self_contained_and_every_chart_is_drawn() {
         !html.contains("no profile recorded"),
         "the baseline and champion profiles are drawn"
     );
+    // The shares by DSO come from a report with no cut: they account for
+    // every sample, the long tail of small kernel symbols included.
+    let profiles = r.root.join("knowledge-base").join("profiles");
+    let mut seen = 0;
+    for file in std::fs::read_dir(&profiles).unwrap() {
+        let profile: Value =
+            serde_json::from_str(&std::fs::read_to_string(file.unwrap().path()).unwrap()).unwrap();
+        let total: f64 = profile["dso_shares"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(f)
+            .sum();
+        assert!(
+            (total - 1.0).abs() < 0.005,
+            "shares sum to {total}: {profile}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 2, "the baseline's and the champion's profiles");
 
     // A real browser parses it into four charts...
     let dom = headless(&["--dump-dom"], &path);
