@@ -232,11 +232,12 @@ mod tests {
     /// The keep rule over simulated measurements of `n` samples (and `n`
     /// more when it extends), each ratio lognormal around `truth` with spread
     /// `sd`, judged as the judge does: the median with its 97.5% interval.
-    fn keep_rate(truth: f64, sd: f64, n: usize, seed: u64) -> f64 {
+    /// Returns the shares of decisions kept and promising.
+    fn outcomes(truth: f64, sd: f64, n: usize, seed: u64) -> (f64, f64) {
         use crate::referee::stats::{median_and_interval, Normals};
         let mut g = Normals(seed);
         let decisions = 4000;
-        let mut kept = 0;
+        let (mut kept, mut promising) = (0, 0);
         for _ in 0..decisions {
             let mut s: Vec<f64> = Vec::new();
             let mut extended = false;
@@ -247,12 +248,33 @@ mod tests {
                     Step::Extend => extended = true,
                     Step::Decided(v) => {
                         kept += usize::from(v == AttemptVerdict::Keep);
+                        promising += usize::from(v == AttemptVerdict::Promising);
                         break;
                     }
                 }
             }
         }
-        kept as f64 / decisions as f64
+        let d = decisions as f64;
+        (kept as f64 / d, promising as f64 / d)
+    }
+
+    fn keep_rate(truth: f64, sd: f64, n: usize, seed: u64) -> f64 {
+        outcomes(truth, sd, n, seed).0
+    }
+
+    /// Two independent 2% savings: each alone ends promising, not kept; their
+    /// stack (0.98 x 0.98 = 0.960) clears the 3% line and is kept. Two that
+    /// save the same cost twice (the stack is worth one of them) are not.
+    #[test]
+    fn a_stack_of_two_promising_two_percent_wins_is_kept_only_when_together_they_clear_the_line() {
+        let sd = 0.016;
+        let (kept, promising) = outcomes(0.98, sd, 13, 3);
+        assert!(kept < 0.1, "a 2% part kept in {kept}");
+        assert!(promising > 0.8, "a 2% part promising in only {promising}");
+        let (kept, _) = outcomes(0.98 * 0.98, sd, 13, 4);
+        assert!(kept >= 0.9, "the independent stack kept in only {kept}");
+        let (kept, _) = outcomes(0.98, sd, 13, 6);
+        assert!(kept < 0.1, "the overlapping stack kept in {kept}");
     }
 
     fn cmp_at(median: f64, lo: f64, hi: f64) -> Comparison {
