@@ -10,6 +10,7 @@ use crate::record::lineage::{Lineage, Source, Step};
 use crate::record::recorded::RecordedRun;
 use crate::referee::format::{fmt_ci, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
+use crate::review::tree;
 
 /// One attempt of the run, whatever became of it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -23,6 +24,9 @@ pub struct AttemptLine {
     pub ref_commit: Option<String>,
     pub ratio: Option<f64>,
     pub ci95: Option<[f64; 2]>,
+    /// The coverage `ci95` was computed at (0.975 for a keep decision's look).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_level: Option<f64>,
     pub vs_control: Option<f64>,
     pub detail: Option<String>,
 }
@@ -42,6 +46,9 @@ pub struct History {
     pub warnings: Vec<String>,
     pub lineage: Vec<Step>,
     pub attempts: Option<Vec<AttemptLine>>,
+    /// With `--all`: the search drawn as a tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<Vec<tree::Level>>,
 }
 
 pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<History> {
@@ -62,6 +69,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
                     .map(|o| o.to_string()),
                 ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
                 ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                ci_level: a.vs_champion.as_ref().map(|c| c.ci_level),
                 vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
                 detail: a
                     .evidence()
@@ -82,6 +90,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
         warnings: lineage.warnings,
         lineage: lineage.steps,
         attempts,
+        tree: all.then(|| tree::levels(&run.attempts)),
     })
 }
 
@@ -107,7 +116,7 @@ pub fn render(h: &History) -> String {
     }
     out += &format!(
         "\n{:>7}  {:<10}  {:>6}  {:<16}  {:>8}  {:>10}  hypothesis\n",
-        "attempt", "commit", "ratio", "CI95", "to start", "to control"
+        "attempt", "commit", "ratio", "interval", "to start", "to control"
     );
     for s in &h.lineage {
         let commit = match &s.commit {
@@ -132,12 +141,13 @@ pub fn render(h: &History) -> String {
     if h.lineage.iter().any(|s| s.commit.is_none()) {
         out += "* commit not in this repository; `ratchet replay` rebuilds it from the journal's diff\n";
     }
-    out += "ratio: cost / the previous champion's, side by side (< 1 is cheaper); to start: product of the ratios; \
-            to control: cost / the control's in the same attempt\n";
+    out += "ratio: cost / the previous champion's, side by side (< 1 is cheaper); interval: the keep \
+            decision's, from exact order statistics (its coverage is in `--all`); to start: product of the \
+            ratios; to control: cost / the control's in the same attempt\n";
     if let Some(attempts) = &h.attempts {
         out += &format!(
-            "\nevery attempt:\n{:>7}  {:<13}  {:>6}  {:<16}  {:<10}  hypothesis / detail\n",
-            "attempt", "verdict", "ratio", "CI95", "ref"
+            "\nevery attempt:\n{:>7}  {:<13}  {:>6}  {:<24}  {:<10}  hypothesis / detail\n",
+            "attempt", "verdict", "ratio", "interval (coverage)", "ref"
         );
         for a in attempts {
             let reference = match (&a.ref_commit, &a.attempt_ref) {
@@ -146,11 +156,14 @@ pub fn render(h: &History) -> String {
                 (None, None) => "-".into(),
             };
             out += &format!(
-                "{:>7}  {:<13}  {:>6}  {:<16}  {:<10}  {}\n",
+                "{:>7}  {:<13}  {:>6}  {:<24}  {:<10}  {}\n",
                 a.number,
                 a.verdict,
                 fmt_ratio(a.ratio),
-                fmt_ci(a.ci95),
+                match (a.ci95, a.ci_level) {
+                    (Some(ci), Some(l)) => format!("{} ({}%)", fmt_ci(Some(ci)), l * 100.0),
+                    (ci, _) => fmt_ci(ci),
+                },
                 reference,
                 a.hypothesis
             );
@@ -158,6 +171,10 @@ pub fn render(h: &History) -> String {
                 out += &format!("{:>7}  {:<13}  {d}\n", "", "");
             }
         }
+    }
+    if let Some(levels) = &h.tree {
+        out += "\n";
+        out += &tree::render_text(levels);
     }
     out
 }

@@ -9,3 +9,4 @@ pub mod replay;
 pub mod report;
 pub mod svg;
 pub mod sweep;
+pub mod tree;

@@ -18,11 +18,12 @@ use crate::review::charts::{
 };
 use crate::review::replay::ReplayRecord;
 use crate::review::svg::escape;
+use crate::review::tree;
 
 fn attempts_table(run: &RecordedRun) -> String {
     let mut s = String::from(
-        "<table><thead><tr><th>#</th><th>verdict</th><th>ratio</th><th>CI95</th><th>vs control</th>\
-         <th>hypothesis and evidence</th></tr></thead><tbody>",
+        "<table><thead><tr><th>#</th><th>verdict</th><th>origin</th><th>ratio</th><th>interval (coverage)</th>\
+         <th>vs control</th><th>hypothesis and evidence</th></tr></thead><tbody>",
     );
     for a in &run.attempts {
         let (color, _) = style(a.verdict);
@@ -31,11 +32,12 @@ fn attempts_table(run: &RecordedRun) -> String {
         let _ = write!(
             s,
             "<tr id=\"attempt-{n}\"><td>{n}</td><td><span class=\"verdict\" style=\"background:{color}\">{v}</span></td>\
-             <td>{r}</td><td>{ci}</td><td>{vc}</td><td><div>{h}</div>",
+             <td>{o}</td><td>{r}</td><td>{ci}</td><td>{vc}</td><td><div>{h}</div>",
             n = a.number,
             v = escape(a.verdict.name()),
+            o = escape(&provenance(a)),
             r = fmt_ratio(c.and_then(|c| c.ratio_median)),
-            ci = fmt_ci(c.and_then(|c| c.ratio_ci95)),
+            ci = c.map_or("-".into(), fmt_interval),
             vc = fmt_ratio(a.vs_control.as_ref().and_then(|c| c.ratio_median)),
             h = escape(&a.hypothesis),
         );
@@ -57,9 +59,22 @@ fn attempts_table(run: &RecordedRun) -> String {
     s + "</tbody></table>"
 }
 
+/// An interval with the coverage it was computed at: a keep decision's
+/// look is 97.5%, a plain comparison 95%.
+fn fmt_interval(c: &crate::referee::compare::Comparison) -> String {
+    match c.ratio_ci95 {
+        Some(ci) => format!("{} ({}%)", fmt_ci(Some(ci)), c.ci_level * 100.0),
+        None => "-".into(),
+    }
+}
+
+fn provenance(a: &crate::record::journal::AttemptRecord) -> String {
+    tree::levels(std::slice::from_ref(a))[0].branches[0].provenance()
+}
+
 fn lineage_table(lineage: &Lineage) -> String {
     let mut s = String::from(
-        "<table><thead><tr><th>attempt</th><th>commit</th><th>ratio</th><th>CI95</th>\
+        "<table><thead><tr><th>attempt</th><th>commit</th><th>ratio</th><th>interval</th>\
          <th>to start</th><th>to control</th><th>hypothesis</th></tr></thead><tbody>",
     );
     for st in &lineage.steps {
@@ -327,6 +342,10 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, kb: &Path) -> String {
     s += &ablation_section(run).unwrap_or_default();
     s += "<section id=\"lineage\"><h2>Champion lineage</h2>";
     s += &lineage_table(lineage);
+    s += "</section><section id=\"search\"><h2>The search</h2><p class=\"note\">Each champion, \
+          then the attempts measured against it: the agent's ideas, stacks of promising attempts \
+          and retries of earlier ideas, with the ratio to that champion and its interval.</p>";
+    s += &tree::render_html(&tree::levels(&run.attempts));
     s += "</section><section id=\"attempts\"><h2>Every attempt</h2>";
     s += &attempts_table(run);
     s += "</section></body></html>\n";

@@ -40,8 +40,8 @@ impl Loop<'_> {
             self.git.branch
         );
         s += &format!(
-            "{:>4}  {:<13} {:>8} {:>20}  hypothesis\n",
-            "#", "verdict", "ratio", "CI95"
+            "{:>4}  {:<13} {:>8} {:>20}  hypothesis (interval: 97.5% per look for a keep decision)\n",
+            "#", "verdict", "ratio", "interval"
         );
         for a in &self.attempts {
             let c = a.vs_champion.as_ref();
