@@ -241,6 +241,15 @@ pub trait Agent {
     fn plans_retries(&self) -> bool {
         false
     }
+    /// Whether the agent still has ideas it has never measured. The loop
+    /// holds its stacks until then (or until the pool is full): a stack
+    /// made of the first two promising attempts can clear the line and
+    /// leave a third, found later, alone in the pool with nothing to stack
+    /// with. An agent that cannot tell (an LLM always has another idea)
+    /// gets its stacks at once.
+    fn exploring(&self, _ctx: &ProposalContext) -> bool {
+        false
+    }
     fn propose(&mut self, ctx: &ProposalContext) -> anyhow::Result<Proposed>;
 }
 

@@ -222,6 +222,10 @@ impl Agent for Playbook {
         true
     }
 
+    fn exploring(&self, ctx: &ProposalContext) -> bool {
+        self.moves(ctx).iter().any(|m| m.fresh)
+    }
+
     fn propose(&mut self, ctx: &ProposalContext) -> Result<Proposed> {
         let moves = self.moves(ctx);
         let beliefs: Vec<Belief> = moves.iter().map(|m| m.belief).collect();

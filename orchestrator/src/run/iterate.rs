@@ -220,10 +220,9 @@ impl Loop<'_> {
         // that plans none), else the agent's
         let history = self.history();
         let lineage = self.lineage();
-        let (forced, pool, retries_left) = {
+        let (pool, retries_left) = {
             let view = self.view(&history, &lineage);
-            let forced = view.next_move(self.agent.plans_retries());
-            (forced, view.pool(), view.retries_left())
+            (view.pool(), view.retries_left())
         };
         let ctx = ProposalContext {
             files: self.allowed_files()?,
@@ -241,6 +240,9 @@ impl Loop<'_> {
             allowed_paths: self.config().run.allowed_paths.clone(),
             worktree: self.git.path.clone(),
         };
+        let forced = self
+            .view(&history, &lineage)
+            .next_move(self.agent.plans_retries(), self.agent.exploring(&ctx));
         let t = Instant::now();
         let git_before = GitDirSnapshot::take(&self.git)?;
         let tree_before = MainTreeSnapshot::take(&self.session.workspace.root)?;

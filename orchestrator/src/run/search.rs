@@ -185,8 +185,12 @@ impl View<'_> {
     }
 
     /// What the loop does before asking the agent, if anything.
-    pub fn next_move(&self, agent_plans_retries: bool) -> Option<LoopMove> {
-        if let Some(parts) = self.stack() {
+    /// The loop's own move, if any: a stack (held while the agent is still
+    /// `exploring` and the pool has room for more parts), else a retry for
+    /// an agent that plans none.
+    pub fn next_move(&self, agent_plans_retries: bool, exploring: bool) -> Option<LoopMove> {
+        let hold = exploring && self.pool().len() < self.cfg.max_stack_parts;
+        if let Some(parts) = self.stack().filter(|_| !hold) {
             return Some(LoopMove::Stack(parts));
         }
         if agent_plans_retries {
@@ -246,7 +250,21 @@ mod tests {
             v.pool().iter().map(|p| p.attempt).collect::<Vec<_>>(),
             [3, 1]
         );
-        assert_eq!(v.next_move(true), Some(LoopMove::Stack(vec![1, 3])));
+        assert_eq!(v.next_move(true, false), Some(LoopMove::Stack(vec![1, 3])));
+        assert_eq!(
+            v.next_move(true, true),
+            None,
+            "held while the agent explores"
+        );
+        let full = SearchConfig {
+            max_stack_parts: 2,
+            ..cfg.clone()
+        };
+        assert_eq!(
+            view(&h, &lineage, &[], &full).next_move(true, true),
+            Some(LoopMove::Stack(vec![1, 3])),
+            "a full pool is stacked whatever the agent has left"
+        );
         // Once measured on this champion, the same set is not stacked again.
         let mut s = attempt(4, &stack_idea(&["c", "a"]), "c0", 0.962, 0.005);
         s.origin = Origin::Stack;
@@ -284,8 +302,12 @@ mod tests {
         ];
         let kept = vec!["win".to_string()];
         let v = view(&h, &lineage, &kept, &cfg);
-        assert_eq!(v.next_move(false), Some(LoopMove::Retry(1)));
-        assert_eq!(v.next_move(true), None, "the agent plans its own retries");
+        assert_eq!(v.next_move(false, false), Some(LoopMove::Retry(1)));
+        assert_eq!(
+            v.next_move(true, false),
+            None,
+            "the agent plans its own retries"
+        );
         let mut r = attempt(4, "near", "c1", 0.996, 0.01);
         r.origin = Origin::Retry;
         r.retry_of = Some(1);
