@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::Loop;
+use crate::referee::verdict::AttemptVerdict;
 
 impl Loop<'_> {
     /// The limit reached, if any.
@@ -35,17 +36,35 @@ impl Loop<'_> {
                 r.max_cost_usd
             ));
         }
-        let streak = self
-            .attempts
-            .iter()
-            .rev()
-            .take_while(|a| !a.verdict.is_keep())
-            .count();
+        let streak = failure_streak(self.attempts.iter().map(|a| a.verdict));
         if streak >= r.max_consecutive_failures {
             return Some(format!(
-                "{streak} attempts in a row without a keep (run.max_consecutive_failures)"
+                "{streak} attempts in a row measured nothing (run.max_consecutive_failures)"
             ));
         }
         None
+    }
+}
+
+/// Attempts at the end of the run that measured nothing: failed builds,
+/// broken contracts, malformed replies, agent errors. A measured discard or
+/// promising attempt is the search doing its work, not a failure: counting
+/// those stopped the reference run after 12 measured ideas with ten new ones
+/// never measured.
+fn failure_streak(verdicts: impl DoubleEndedIterator<Item = AttemptVerdict>) -> usize {
+    verdicts.rev().take_while(|v| !v.is_decided()).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AttemptVerdict::*;
+
+    #[test]
+    fn only_attempts_that_measured_nothing_count_as_failures() {
+        let v = [Keep, BuildFailed, Discard, Promising, Invalid, AgentError];
+        assert_eq!(failure_streak(v.into_iter()), 2);
+        assert_eq!(failure_streak([Keep, Discard, Discard].into_iter()), 0);
+        assert_eq!(failure_streak([BuildFailed, Malformed].into_iter()), 2);
     }
 }
