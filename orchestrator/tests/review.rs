@@ -73,18 +73,7 @@ fn recorded() -> (&'static Recorded, Release) {
         let config = root.join("harness.toml");
         let text = std::fs::read_to_string(&config).unwrap();
         std::fs::write(&config, text.replace("profile = false", "profile = true")).unwrap();
-        git(
-            &root,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-qam",
-                "profile the champions",
-            ],
-        );
+        commit_all(&root, "profile the champions");
         let out = ratchet_run(&root, &[], &[]);
         assert!(
             out.status.success(),

@@ -131,18 +131,7 @@ fn savings_repo(extra: &str) -> tempfile::TempDir {
         );
     std::fs::write(&server, text).unwrap();
     std::fs::write(root.join("harness.toml"), format!("{SATURATED}{extra}")).unwrap();
-    git(
-        root,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qam",
-            "three planted costs",
-        ],
-    );
+    commit_all(root, "three planted costs");
     repo
 }
 

@@ -41,6 +41,24 @@ impl Origin {
         }
     }
 
+    /// Where an attempt came from, as every reader shows it: `agent`,
+    /// `stack of #1+#3` or `retry of #2`.
+    pub fn describe(self, stack_of: &[usize], retry_of: Option<usize>) -> String {
+        match (self, retry_of) {
+            (Origin::Agent, _) => "agent".into(),
+            (Origin::Stack, _) => format!(
+                "stack of {}",
+                stack_of
+                    .iter()
+                    .map(|n| format!("#{n}"))
+                    .collect::<Vec<_>>()
+                    .join("+")
+            ),
+            (Origin::Retry, Some(n)) => format!("retry of #{n}"),
+            (Origin::Retry, None) => "retry".into(),
+        }
+    }
+
     pub fn parse(s: &str) -> Option<Self> {
         [Origin::Agent, Origin::Stack, Origin::Retry]
             .into_iter()

@@ -40,15 +40,7 @@ pub fn build(ctx: &ProposalContext, reply_format: &str) -> String {
         });
         let origin = match a.origin {
             Origin::Agent => String::new(),
-            Origin::Stack => format!(
-                " [stack of {}]",
-                a.stack_of
-                    .iter()
-                    .map(|n| format!("#{n}"))
-                    .collect::<Vec<_>>()
-                    .join(" + ")
-            ),
-            Origin::Retry => format!(" [retry of #{}]", a.retry_of.unwrap_or(0)),
+            o => format!(" [{}]", o.describe(&a.stack_of, a.retry_of)),
         };
         let when = super::search::distance(&ctx.lineage, &a.champion);
         let when = match when {

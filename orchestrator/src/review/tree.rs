@@ -87,21 +87,7 @@ impl Branch {
     /// Where the attempt came from, as `agent`, `stack of #1+#3` or
     /// `retry of #2`.
     pub fn provenance(&self) -> String {
-        match self.origin {
-            Origin::Agent => "agent".into(),
-            Origin::Stack => format!(
-                "stack of {}",
-                self.stack_of
-                    .iter()
-                    .map(|n| format!("#{n}"))
-                    .collect::<Vec<_>>()
-                    .join("+")
-            ),
-            Origin::Retry => match self.retry_of {
-                Some(n) => format!("retry of #{n}"),
-                None => "retry".into(),
-            },
-        }
+        self.origin.describe(&self.stack_of, self.retry_of)
     }
 
     fn estimate(&self) -> String {

@@ -260,6 +260,22 @@ pub fn fixture_repo_with_spin(
     dir
 }
 
+/// Commits every tracked change in `dir` as a test user.
+pub fn commit_all(dir: &Path, message: &str) {
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qam",
+            message,
+        ],
+    );
+}
+
 pub fn ratchet_run(root: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
     Command::new(ratchet())
         .arg("--config")
