@@ -279,8 +279,8 @@ pub fn render(r: &AblationRecord) -> String {
         r.threshold * 100.0,
         r.unit,
         "attempt",
-        "when kept [CI95]",
-        "in final [CI95]",
+        "when kept [interval]",
+        "in final [interval]",
         "finding",
     );
     for c in &r.contributions {

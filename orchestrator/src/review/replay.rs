@@ -468,7 +468,7 @@ pub fn render(r: &ReplayRecord) -> String {
     }
     s += &format!(
         "\neach keep against its predecessor, side by side:\n{:>7}  {:<23}  {:<23}  {:<8} {:<10} hypothesis\n",
-        "attempt", "recorded [CI95]", "now [CI95]", "verdict", "reproduced"
+        "attempt", "recorded [interval]", "now [interval]", "verdict", "reproduced"
     );
     for k in &r.keeps {
         let [n, recorded, now, verdict, reproduced, hypothesis] = k.cells();
@@ -498,7 +498,7 @@ pub fn render(r: &ReplayRecord) -> String {
             "recorded",
             "now",
             "ratio",
-            "CI95"
+            "interval"
         );
         for d in ds {
             s += &format!(

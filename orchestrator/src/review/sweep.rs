@@ -121,7 +121,7 @@ pub fn render(r: &SweepRecord) -> String {
         "gen busy",
         "limit",
         "ratio",
-        "CI95"
+        "interval"
     );
     for level in &r.levels {
         for (i, a) in level.arms.iter().enumerate() {

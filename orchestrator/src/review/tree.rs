@@ -80,6 +80,17 @@ pub fn levels(attempts: &[AttemptRecord]) -> Vec<Level> {
             hypothesis: a.hypothesis.clone(),
         });
     }
+    // The final champion, when nothing was measured against it yet.
+    if let Some(k) = attempts.iter().rev().find(|a| a.verdict.is_keep()) {
+        let commit = k.commit.clone().unwrap_or_default();
+        if !out.iter().any(|l| l.commit == commit) {
+            out.push(Level {
+                champion: k.number,
+                commit,
+                branches: Vec::new(),
+            });
+        }
+    }
     out
 }
 
@@ -185,10 +196,13 @@ mod tests {
         a[2].origin = Origin::Stack;
         a[2].stack_of = vec![1, 2];
         a[2].commit = Some("c3".into());
+        a[3].verdict = AttemptVerdict::Keep;
+        a[3].commit = Some("c4".into());
         a[3].origin = Origin::Retry;
         a[3].retry_of = Some(1);
         let l = levels(&a);
-        assert_eq!(l.len(), 2);
+        assert_eq!(l.len(), 3, "the final champion closes the tree");
+        assert_eq!((l[2].champion, l[2].branches.len()), (4, 0));
         assert_eq!((l[0].champion, l[0].branches.len()), (0, 3));
         assert_eq!((l[1].champion, l[1].branches.len()), (3, 1));
         assert_eq!(l[0].branches[2].provenance(), "stack of #1+#2");
