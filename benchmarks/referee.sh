@@ -4,7 +4,7 @@
 # nothing here is timed in a test. Writes every JSON document to
 # results/benchmarks/<stamp>/ and prints the summary of summarize.py.
 #
-#   benchmarks/referee.sh [aa|planted|agreement|regime|all] [RUN_ID]
+#   benchmarks/referee.sh [aa|planted|agreement|regime|manycore|all] [RUN_ID]
 #
 # aa         20 A/A compares of the vanilla treatment (13 windows each, the
 #            loop's sample count at this machine's spread)
@@ -16,6 +16,10 @@
 # regime     the vanilla treatment, a server with the playbook's six
 #            published changes applied in order, and the control: duet and
 #            blocks, 512 and 32 connections in flight, saturated and idle
+# manycore   what a machine whose generator saturates the SUT core by itself
+#            gets: the fixture made slow (40 us of busy-wait per connection)
+#            against a copy 10% dearer, with and without rationing, each
+#            schedule, 12 samples
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -91,6 +95,16 @@ PY
   $R compare "${arms[@]}" --blocks 12 --connections 32 --json > "$out/regime-duet-32.json"
   $R compare "${arms[@]}" --blocks 12 --schedule blocks --json > "$out/regime-blocks-512.json"
   $R --config "$idle" compare "${arms[@]}" --blocks 12 --json > "$out/regime-idle-duet-512.json"
+  rm -f "$idle"
+fi
+if [[ $what == manycore || $what == all ]]; then
+  idle=harness.idle.toml
+  sed 's/^regime = "saturated"/regime = "idle"/' harness.toml > "$idle"
+  slow=("$(arm 40000)" "$(arm 44000)")
+  for s in duet blocks; do
+    $R compare "${slow[@]}" --schedule $s --blocks 12 --json > "$out/manycore-saturated-$s.json"
+    $R --config "$idle" compare "${slow[@]}" --schedule $s --blocks 12 --json > "$out/manycore-idle-$s.json"
+  done
   rm -f "$idle"
 fi
 # Binaries are rebuilt from source; only the records stay.

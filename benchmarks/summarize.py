@@ -201,9 +201,30 @@ def regime(folder):
                     print(f"  {what}, {label}: {x:.3f} vs {y:.3f}, differ by {abs(y / x - 1) * 100:.1f}%")
 
 
+def manycore(folder):
+    runs = load(folder, "manycore-*.json")
+    if not runs:
+        return
+    print("\nmany-core stand-in: a 40 us fixture (one generator core saturates it) against a "
+          "copy 10% dearer, with and without rationing:")
+    for name, d in runs:
+        c = d["comparisons"][0]
+        arms = d["arms"]
+        if c["ratio_median"] is None:
+            cell = "invalid"
+        else:
+            lo, hi = c["ratio_ci95"]
+            cell = f"{c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] cv {c['ratio_cv'] * 100:.1f}%"
+        cs = ", ".join(f"{(a['context_switches_per_connection'] or 0):.3f}" for a in arms)
+        busy = ", ".join(f"{a['sut_busy']:.2f}" for a in arms)
+        print(f"  {name.replace('manycore-', '').replace('.json', '')}: {cell}; cs/conn {cs}; "
+              f"sut busy {busy}; gen busy {arms[0]['generator_busy'] * 100:.0f}%")
+
+
 if __name__ == "__main__":
     folder = sys.argv[1]
     aa(folder)
     planted(folder)
     agreement(folder)
     regime(folder)
+    manycore(folder)
