@@ -18,6 +18,16 @@ pub fn fmt_ci(v: Option<[f64; 2]>) -> String {
     v.map_or("-".into(), |[l, h]| format!("[{l:.3}, {h:.3}]"))
 }
 
+/// An interval with the coverage it was computed at, as
+/// `[0.820, 0.921] (97.5%)`: a keep decision's look and a plain comparison
+/// differ, and a reader must not take one for the other.
+pub fn fmt_ci_at(ci: Option<[f64; 2]>, level: Option<f64>) -> String {
+    match (ci, level) {
+        (Some(_), Some(l)) => format!("{} ({}%)", fmt_ci(ci), l * 100.0),
+        _ => fmt_ci(ci),
+    }
+}
+
 /// A ratio with its interval, as `0.862 [0.820, 0.921]`.
 pub fn fmt_estimate(ratio: Option<f64>, ci: Option<[f64; 2]>) -> String {
     format!("{} {}", fmt_ratio(ratio), fmt_ci(ci))

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::record::gitops::short;
 use crate::record::lineage::{Lineage, Source, Step};
 use crate::record::recorded::RecordedRun;
-use crate::referee::format::{fmt_ci, fmt_ratio};
+use crate::referee::format::{fmt_ci, fmt_ci_at, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::tree;
 
@@ -160,10 +160,7 @@ pub fn render(h: &History) -> String {
                 a.number,
                 a.verdict,
                 fmt_ratio(a.ratio),
-                match (a.ci95, a.ci_level) {
-                    (Some(ci), Some(l)) => format!("{} ({}%)", fmt_ci(Some(ci)), l * 100.0),
-                    (ci, _) => fmt_ci(ci),
-                },
+                fmt_ci_at(a.ci95, a.ci_level),
                 reference,
                 a.hypothesis
             );

@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::bench::profile::Profile;
 use crate::record::lineage::{Lineage, Source};
 use crate::record::recorded::RecordedRun;
-use crate::referee::format::{fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
+use crate::referee::format::{fmt_ci, fmt_ci_at, fmt_comparison, fmt_estimate, fmt_ratio};
 use crate::review::ablate::AblationRecord;
 use crate::review::charts::{
     control_chart, cost_chart, profile_chart, ratio_chart, style, SECTIONS,
@@ -35,9 +35,9 @@ fn attempts_table(run: &RecordedRun) -> String {
              <td>{o}</td><td>{r}</td><td>{ci}</td><td>{vc}</td><td><div>{h}</div>",
             n = a.number,
             v = escape(a.verdict.name()),
-            o = escape(&provenance(a)),
+            o = escape(&a.origin.describe(&a.stack_of, a.retry_of)),
             r = fmt_ratio(c.and_then(|c| c.ratio_median)),
-            ci = c.map_or("-".into(), fmt_interval),
+            ci = fmt_ci_at(c.and_then(|c| c.ratio_ci95), c.map(|c| c.ci_level)),
             vc = fmt_ratio(a.vs_control.as_ref().and_then(|c| c.ratio_median)),
             h = escape(&a.hypothesis),
         );
@@ -57,19 +57,6 @@ fn attempts_table(run: &RecordedRun) -> String {
         s += "</td></tr>";
     }
     s + "</tbody></table>"
-}
-
-/// An interval with the coverage it was computed at: a keep decision's
-/// look is 97.5%, a plain comparison 95%.
-fn fmt_interval(c: &crate::referee::compare::Comparison) -> String {
-    match c.ratio_ci95 {
-        Some(ci) => format!("{} ({}%)", fmt_ci(Some(ci)), c.ci_level * 100.0),
-        None => "-".into(),
-    }
-}
-
-fn provenance(a: &crate::record::journal::AttemptRecord) -> String {
-    tree::levels(std::slice::from_ref(a))[0].branches[0].provenance()
 }
 
 fn lineage_table(lineage: &Lineage) -> String {

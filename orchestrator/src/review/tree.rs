@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::Origin;
 use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
-use crate::referee::format::fmt_estimate;
+use crate::referee::format::{fmt_ci_at, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::svg::escape;
 
@@ -102,10 +102,11 @@ impl Branch {
     }
 
     fn estimate(&self) -> String {
-        let level = self
-            .interval_level
-            .map_or(String::new(), |l| format!(" ({}%)", l * 100.0));
-        format!("{}{level}", fmt_estimate(self.ratio, self.interval))
+        format!(
+            "{} {}",
+            fmt_ratio(self.ratio),
+            fmt_ci_at(self.interval, self.interval_level)
+        )
     }
 }
 
