@@ -252,7 +252,15 @@ impl Loop<'_> {
             None => {
                 self.bar
                     .set_message(format!("#{n} asking the {} agent", self.agent.name()));
-                self.agent.propose(&ctx)
+                match self.agent.propose(&ctx) {
+                    Ok(Proposed::Exhausted) => {
+                        Ok(self.view(&history, &lineage).last_stack().map_or(
+                            Proposed::Exhausted,
+                            |parts| Proposed::Stack { parts, usage: None },
+                        ))
+                    }
+                    other => other,
+                }
             }
         };
         record.durations.propose_s = t.elapsed().as_secs_f64();

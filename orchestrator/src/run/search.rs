@@ -10,7 +10,9 @@
 //! measurements say most likely falls short would only spend an attempt.
 //! Among the unions of the cheapest `search.max_stack_parts` promising
 //! attempts, the likeliest to clear is proposed; the same set of ideas is
-//! never stacked twice on one champion.
+//! never stacked twice on one champion. When the agent has no move left,
+//! the bar drops to `search.min_keep_probability`, the one the offline
+//! agent stops at, so a run never stops with a stack worth an attempt.
 
 use crate::agent::search::{self, SearchConfig};
 use crate::agent::{AttemptSummary, Origin, PoolEntry};
@@ -112,6 +114,18 @@ impl View<'_> {
 
     /// The stack to measure now, if any (see the module's rule).
     pub fn stack(&self) -> Option<Vec<usize>> {
+        self.stack_at(self.cfg.stack_min_probability)
+    }
+
+    /// The stack to measure once the agent has no move left: the likeliest
+    /// union that clears the line with `search.min_keep_probability`, the
+    /// bar the offline agent stops at. A run that stopped with such a stack
+    /// unmeasured would claim no move was worth an attempt while one was.
+    pub fn last_stack(&self) -> Option<Vec<usize>> {
+        self.stack_at(self.cfg.min_keep_probability)
+    }
+
+    fn stack_at(&self, min_probability: f64) -> Option<Vec<usize>> {
         let stacks = self
             .history
             .iter()
@@ -138,7 +152,7 @@ impl View<'_> {
             }
             let parts: Vec<Belief> = members.iter().map(|&i| beliefs[i]).collect();
             let p = Belief::sum(&parts).keep_probability(self.threshold);
-            if p >= self.cfg.stack_min_probability && best.as_ref().is_none_or(|(b, _)| p > *b) {
+            if p >= min_probability && best.as_ref().is_none_or(|(b, _)| p > *b) {
                 best = Some((p, members.iter().map(|&i| pool[i].attempt).collect()));
             }
         }
@@ -289,6 +303,28 @@ mod tests {
             ..cfg
         };
         assert_eq!(view(&h, &c0(), &[], &off).stack(), None);
+    }
+
+    #[test]
+    fn an_unlikely_stack_is_the_last_move_before_the_run_stops() {
+        let cfg = SearchConfig::default();
+        let h = vec![
+            attempt(1, "a", "c0", 0.988, 0.006),
+            attempt(2, "b", "c0", 0.987, 0.006),
+        ];
+        let lineage = c0();
+        let v = view(&h, &lineage, &[], &cfg);
+        assert_eq!(v.stack(), None, "under stack_min_probability");
+        assert_eq!(v.last_stack(), Some(vec![1, 2]));
+        let tiny = vec![
+            attempt(1, "a", "c0", 0.997, 0.002),
+            attempt(2, "b", "c0", 0.997, 0.002),
+        ];
+        assert_eq!(
+            view(&tiny, &c0(), &[], &cfg).last_stack(),
+            None,
+            "a union that cannot clear the line is not measured"
+        );
     }
 
     #[test]
