@@ -440,6 +440,13 @@ fn the_report_is_self_contained_and_every_chart_is_drawn() {
             (total - 1.0).abs() < 0.005,
             "shares sum to {total}: {profile}"
         );
+        // Profiled in the regime the run measured in (this fixture's: idle).
+        assert!(
+            profile["regime"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("idle")),
+            "{profile}"
+        );
         seen += 1;
     }
     assert!(seen >= 2, "the baseline's and the champion's profiles");

@@ -31,7 +31,7 @@ min_completed = 200
 threshold = 0.03
 [run]
 smoke_window_ms = 200
-profile = false
+profile = true
 max_iterations = 8
 "#;
 
@@ -185,4 +185,18 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
             "saving {x} is not in the champion: {context}"
         );
     }
+    // Each champion is profiled as it is measured: rationed.
+    let mut profiled = 0;
+    for file in std::fs::read_dir(root.join("knowledge-base/profiles")).unwrap() {
+        let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+        let profile: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            profile["regime"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("saturated")),
+            "{profile}"
+        );
+        profiled += 1;
+    }
+    assert_eq!(profiled, 2, "the start and the stack: {context}");
 }

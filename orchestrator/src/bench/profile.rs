@@ -2,6 +2,12 @@
 //! an extra window, never a scored one, reduced to the top symbols and the
 //! shares by DSO (kernel, libc, liburing, treatment). Agents see them; the
 //! report compares baseline and champion.
+//!
+//! The server is profiled in the regime it is measured in: rationed by the
+//! probe's allotment in the saturated regime. Unrationed here it sleeps
+//! between arrivals, and the profile showed what a server half asleep
+//! spends (`finish_task_switch` alone 15-21% of the samples), not what the
+//! referee scores.
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -10,9 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::bench::launch::{free_port, RunningServer, ServerCommand};
+use crate::bench::arm::Arm;
+use crate::bench::ballast::Ballast;
+use crate::bench::cgroup::RationGroup;
+use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::LoadGen;
 use crate::bench::meter::MeterPlan;
+use crate::bench::probe;
 use crate::bench::secrets;
 use crate::bench::trial::TrialSettings;
 
@@ -22,6 +32,10 @@ pub struct Profile {
     pub dso_shares: BTreeMap<String, f64>,
     /// The hottest symbols: (share, dso, symbol).
     pub top: Vec<(f64, String, String)>,
+    /// The regime the server was profiled in (absent in profiles recorded
+    /// before profiles were rationed: those ran unrationed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regime: Option<String>,
 }
 
 impl Profile {
@@ -100,7 +114,12 @@ pub fn parse_symbol_report(text: &str) -> Vec<(f64, String, String)> {
 
 impl Profile {
     pub fn render(&self) -> String {
-        let mut s = String::from("Share of cpu-clock samples by DSO: ");
+        let mut s = format!(
+            "Regime profiled in: {}\nShare of cpu-clock samples by DSO: ",
+            self.regime
+                .as_deref()
+                .unwrap_or("idle (recorded before profiles were rationed)")
+        );
         s += &self
             .dso_shares
             .iter()
@@ -117,7 +136,7 @@ impl Profile {
 
 /// Runs the server under load and profiles it with perf for `duration`.
 pub fn record(
-    server: &ServerCommand,
+    arm: &Arm,
     plan: &MeterPlan,
     s: &TrialSettings,
     duration: Duration,
@@ -125,8 +144,14 @@ pub fn record(
     if Command::new("perf").arg("--version").output().is_err() {
         bail!("perf not found: install the Debian package linux-perf");
     }
+    let regime = probe::regime(std::slice::from_ref(arm), plan, s)?;
+    let group = regime
+        .allotment
+        .map(|a| RationGroup::create(a, 1))
+        .transpose()?;
+    let _ballast = Ballast::start_if(group.is_some() && s.saturation.ballast, plan.sut_core)?;
     let port = free_port()?;
-    let mut running = RunningServer::start(server, port, plan, None)?;
+    let mut running = RunningServer::start(&arm.command, port, plan, group.as_ref())?;
     running.wait_listening(s.ready_timeout)?;
     let load = LoadGen::start(s.load_spec(&[port]))?;
     std::thread::sleep(s.warmup.min(Duration::from_millis(500)));
@@ -152,6 +177,7 @@ pub fn record(
     Ok(Profile {
         dso_shares: parse_dso_report(&dsos),
         top: parse_symbol_report(&symbols),
+        regime: Some(regime.describe()),
     })
 }
 
@@ -184,6 +210,7 @@ mod tests {
         let p = Profile {
             dso_shares: parse_dso_report(dsos),
             top: parse_symbol_report(syms),
+            regime: None,
         };
         assert!((p.dso_shares["kernel"] - 0.40).abs() < 1e-9);
         assert!((p.dso_shares["libc"] - 0.10).abs() < 1e-9);
@@ -195,6 +222,9 @@ mod tests {
             (0.10, "libc.so.6".to_string(), "malloc".to_string())
         );
         assert!(p.render().contains("kernel 40.0%"));
+        assert!(p
+            .render()
+            .contains("recorded before profiles were rationed"));
     }
 
     /// A kernel spread over hundreds of symbols each under perf's cut: the

@@ -191,7 +191,7 @@ impl Loop<'_> {
             .set_message("profiling the champion (extra window, not scored)");
         let settings = self.settings();
         match profile::record(
-            &self.champion_arm.command,
+            &self.champion_arm,
             &self.session.plan,
             &settings,
             settings.window,
