@@ -36,6 +36,11 @@ pub struct Profile {
     /// before profiles were rationed: those ran unrationed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regime: Option<String>,
+    /// The server's context switches per connection while it was profiled:
+    /// what shows that the profile is of a busy server (near 0), not of one
+    /// sleeping between arrivals (0.7 and more here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_switches_per_connection: Option<f64>,
 }
 
 impl Profile {
@@ -115,10 +120,13 @@ pub fn parse_symbol_report(text: &str) -> Vec<(f64, String, String)> {
 impl Profile {
     pub fn render(&self) -> String {
         let mut s = format!(
-            "Regime profiled in: {}\nShare of cpu-clock samples by DSO: ",
+            "Regime profiled in: {}{}\nShare of cpu-clock samples by DSO: ",
             self.regime
                 .as_deref()
-                .unwrap_or("idle (recorded before profiles were rationed)")
+                .unwrap_or("idle (recorded before profiles were rationed)"),
+            self.context_switches_per_connection
+                .map(|cs| format!(" ({cs:.3} context switches per connection while profiled)"))
+                .unwrap_or_default()
         );
         s += &self
             .dso_shares
@@ -157,6 +165,7 @@ pub fn record(
     std::thread::sleep(s.warmup.min(Duration::from_millis(500)));
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("perf.data");
+    let (m0, l0) = (running.read()?, load.snapshot(0).completed);
     let rec = secrets::minimal_env(&mut Command::new("perf"))
         .args(["record", "-q", "-e", "cpu-clock", "-g", "-o"])
         .arg(&data)
@@ -164,6 +173,8 @@ pub fn record(
         .arg(format!("{:.3}", duration.as_secs_f64()))
         .output()
         .context("running perf record")?;
+    let switches = running.read()?.delta(&m0).context_switches;
+    let completed = load.snapshot(0).completed.saturating_sub(l0);
     load.finish();
     running.stop(s.stop_grace)?;
     if !rec.status.success() {
@@ -178,6 +189,8 @@ pub fn record(
         dso_shares: parse_dso_report(&dsos),
         top: parse_symbol_report(&symbols),
         regime: Some(regime.describe()),
+        context_switches_per_connection: (completed > 0)
+            .then(|| switches as f64 / completed as f64),
     })
 }
 
@@ -211,6 +224,7 @@ mod tests {
             dso_shares: parse_dso_report(dsos),
             top: parse_symbol_report(syms),
             regime: None,
+            context_switches_per_connection: None,
         };
         assert!((p.dso_shares["kernel"] - 0.40).abs() < 1e-9);
         assert!((p.dso_shares["libc"] - 0.10).abs() < 1e-9);
