@@ -15,7 +15,8 @@
 #            and under 12 sequential blocks
 # regime     the vanilla treatment, a server with the playbook's six
 #            published changes applied in order, and the control: duet and
-#            blocks, 512 and 32 connections in flight, saturated and idle
+#            blocks at the default 256 connections in flight at each server,
+#            the duet at 32, 128, 384 and 512, and the idle regime
 # manycore   what a machine whose generator saturates the SUT core by itself
 #            gets: the fixture made slow (40 us of busy-wait per connection)
 #            against a copy 10% dearer, with and without rationing, each
@@ -91,10 +92,12 @@ PY
   # there while it is used.
   idle=harness.idle.toml
   sed 's/^regime = "saturated"/regime = "idle"/' harness.toml > "$idle"
-  $R compare "${arms[@]}" --blocks 12 --json > "$out/regime-duet-512.json"
-  $R compare "${arms[@]}" --blocks 12 --connections 32 --json > "$out/regime-duet-32.json"
-  $R compare "${arms[@]}" --blocks 12 --schedule blocks --json > "$out/regime-blocks-512.json"
-  $R --config "$idle" compare "${arms[@]}" --blocks 12 --json > "$out/regime-idle-duet-512.json"
+  $R compare "${arms[@]}" --blocks 12 --json > "$out/regime-duet-256.json"
+  $R compare "${arms[@]}" --blocks 12 --schedule blocks --json > "$out/regime-blocks-256.json"
+  for c in 32 128 384 512; do
+    $R compare "${arms[@]}" --blocks 12 --connections $c --json > "$out/regime-duet-$c.json"
+  done
+  $R --config "$idle" compare "${arms[@]}" --blocks 12 --json > "$out/regime-idle-duet-256.json"
   rm -f "$idle"
 fi
 if [[ $what == manycore || $what == all ]]; then

@@ -186,14 +186,19 @@ def regime(folder):
         reg = d.get("regime", {})
         allot = reg.get("allotment")
         share = f"{allot['quota_us']}/{allot['period_us']} us" if allot else "none"
+        busy = ", ".join(f"{a['generator_busy'] * 100:.0f}%" for a in arms)
+        if reg.get("alone"):
+            share = ", ".join(f"{a['quota_us']}/{a['period_us']} us" for a in reg["alone"])
         print(f"  {name.replace('regime-', '').replace('.json', '')}: {'; '.join(cells)}; "
-              f"cs/conn {cs}; gen busy {arms[0]['generator_busy'] * 100:.0f}%; "
+              f"cs/conn {cs}; gen busy {busy}; "
               f"unsaturated samples {unsat}; allotment {share}")
         if reg.get("warning"):
             print(f"    warning: {reg['warning']}")
     by = {n: d for n, d in runs}
-    for a, b, what in [("regime-duet-512.json", "regime-blocks-512.json", "duet vs blocks"),
-                       ("regime-duet-512.json", "regime-duet-32.json", "512 vs 32 in flight")]:
+    pairs = [("regime-duet-256.json", "regime-blocks-256.json", "duet vs blocks")]
+    pairs += [("regime-duet-256.json", f"regime-duet-{c}.json", f"256 vs {c} in flight")
+              for c in (32, 128, 384, 512)]
+    for a, b, what in pairs:
         if a in by and b in by:
             for i, label in [(0, "peer"), (1, "control")]:
                 x, y = by[a]["comparisons"][i]["ratio_median"], by[b]["comparisons"][i]["ratio_median"]

@@ -175,7 +175,7 @@ struct TrialArgs {
 struct MeasureArgs {
     #[command(flatten)]
     trial: TrialArgs,
-    /// Connections in flight.
+    /// Connections in flight at each server.
     #[arg(long)]
     connections: Option<usize>,
     /// The smallest improvement that counts (0.03 = 3%).

@@ -141,7 +141,7 @@ pub struct LoadConfig {
 impl Default for LoadConfig {
     fn default() -> Self {
         Self {
-            connections: 512,
+            connections: 256,
             timeout_ms: 2000,
         }
     }
@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn empty_file_gives_documented_defaults() {
         let c = parse("").unwrap();
-        assert_eq!(c.load.connections, 512);
+        assert_eq!(c.load.connections, 256);
         assert_eq!(c.compare.threshold, 0.03);
         assert_eq!(c.gate.max_failure_rate, 0.0001);
         assert_eq!(c.trial.warmup_ms, 1000);

@@ -368,6 +368,38 @@ fn a_server_that_idles_between_bursts_is_reported_not_saturated() {
     assert_eq!(report["comparisons"][0]["verdict"], "invalid", "{report}");
 }
 
+/// Alone (the blocks schedule), each arm is rationed so that it by itself
+/// keeps the generator at the probe's target, as the arms of a duet do
+/// together. With one allotment for both, a server three times dearer
+/// completes a third as many connections beside an idler generator, and
+/// pays more per connection to wake it.
+#[test]
+fn alone_every_arm_keeps_the_generator_equally_busy() {
+    let _g = exclusive();
+    let ws = temp_workspace("");
+    let (ok, dear) = (
+        faulty_arm("ok"),
+        format!("{} --spin-us 20", faulty_arm("spin")),
+    );
+    let (report, _) = compare_json(
+        &ws.path().join("harness.toml"),
+        &[&ok, &dear],
+        6,
+        &["--schedule", "blocks"],
+    );
+    let alone = report["regime"]["alone"]
+        .as_array()
+        .expect("arms sized alone");
+    let share = |a: &Value| a["quota_us"].as_f64().unwrap() / a["period_us"].as_f64().unwrap();
+    assert!(share(&alone[1]) > 2.0 * share(&alone[0]), "{report}");
+    let busy = |i| arm(&report, i)["generator_busy"].as_f64().unwrap();
+    let (cheap, costly) = (busy(0), busy(1));
+    assert!(
+        (0.75..1.33).contains(&(costly / cheap)),
+        "generator {cheap:.2} busy for the cheap arm, {costly:.2} for the dear one"
+    );
+}
+
 /// The regime the referee promises: the treatment has work all the time
 /// (next to no context switches per connection) and the generator keeps
 /// headroom, in one `compare --json`.

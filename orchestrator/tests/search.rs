@@ -21,8 +21,6 @@ const EXTRA_PER_MILLE: u64 = 20;
 
 /// Saturated, at 3%, with windows short enough for a test.
 const SATURATED: &str = r#"
-[load]
-connections = 512
 [trial]
 warmup_ms = 300
 window_ms = 800

@@ -8,7 +8,7 @@
 //!
 //! At each window boundary the generator lets every connection under way
 //! finish before the counters are read, so no connection's work straddles two
-//! windows (with a third of a 1 s window per arm, the 512 connections in
+//! windows (with a third of a 1 s window per arm, the 256 connections in
 //! flight at an unquiesced boundary are a tenth of an arm's sample).
 //!
 //! One arm is loaded at a time, so each server runs as it would alone on its

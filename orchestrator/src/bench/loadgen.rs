@@ -25,6 +25,7 @@ use crate::bench::contract::{Contract, Failure};
 pub struct LoadSpec {
     /// One server per arm; new connections go to the active one.
     pub targets: Vec<SocketAddr>,
+    /// Clients in all, each holding one connection at a time.
     pub connections: usize,
     pub timeout: Duration,
     pub cores: Vec<usize>,

@@ -13,7 +13,7 @@ use crate::bench::cgroup::{containment, RationGroup};
 use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::{LoadGen, EVERY_TARGET};
 use crate::bench::meter::MeterPlan;
-use crate::bench::ration::{self, Regime, RegimeRecord};
+use crate::bench::ration::{self, Allotment, Regime, RegimeRecord};
 use crate::bench::trial::{own_cpu, TrialSettings};
 use crate::config::Schedule;
 use crate::interrupt;
@@ -84,6 +84,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         return Ok(RegimeRecord {
             regime: Regime::Saturated,
             allotment: Some(ration::PROBE),
+            alone: Vec::new(),
             probe_costs: costs,
             generator_capacity_cps: None,
             warning: Some(
@@ -92,35 +93,85 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         });
     }
     let capacity = total as f64 / elapsed / generator_busy;
-    let in_flight = s.connections as f64 / arms.len().max(1) as f64;
-    let (mut allotment, mut warning) =
-        ration::size(&known, capacity, in_flight, s.saturation.generator_target);
-    // The gate needs its connections per window from the costliest arm too.
-    // A probe whose connections stalled (a listen backlog overflowing into
-    // SYN retransmits, seen with 1024 in flight) reads a tiny capacity; the
-    // share is then raised to what the gate needs, and that is said.
     let window = match s.schedule {
         Schedule::Duet => s.duet.window,
         Schedule::Blocks => s.window,
     };
-    let costliest = known.iter().copied().fold(0.0, f64::max);
-    let needed = 1.5 * s.gate.min_completed as f64 * costliest / window.as_nanos() as f64;
-    if allotment.share() < needed {
-        let raised = ration::with_share(allotment, needed.min(0.9 / arms.len().max(1) as f64));
-        warning = Some(format!(
-            "the probe sized {:.2}% of the core per arm (generator capacity {capacity:.0} conn/s), too little for \
-             gate.min_completed = {} from the costliest arm in a window; raised to {:.2}%: the generator may now be the limit",
-            allotment.share() * 100.0,
-            s.gate.min_completed,
-            raised.share() * 100.0
-        ));
-        allotment = raised;
-    }
+    let fit = |costs: &[f64]| fit(costs, capacity, window, s);
+    let (allotment, warning) = fit(&known);
+    // Alone, each arm gets the share at which it by itself keeps the
+    // generator at its target, as the arms together do in a duet: an arm
+    // measured beside an idler generator pays more to wake it (sending the
+    // response wakes the client), so equal shares would make a costlier
+    // arm's generator idler and its cost dearer still.
+    let alone = match s.schedule {
+        Schedule::Duet => Vec::new(),
+        Schedule::Blocks => costs
+            .iter()
+            .map(|c| c.map_or(allotment, |c| fit(&[c]).0))
+            .collect(),
+    };
     Ok(RegimeRecord {
         regime: Regime::Saturated,
         allotment: Some(allotment),
+        alone,
         probe_costs: costs,
         generator_capacity_cps: Some(capacity),
         warning,
     })
+}
+
+/// The allotment that keeps arms of busy costs `costs` (rationed alike, in
+/// the same windows) saturated under a generator of `capacity` conn/s, and
+/// gives the gate its connections per `window` from the costliest of them.
+/// A probe whose connections stalled (a listen backlog overflowing into SYN
+/// retransmits, seen with 1024 in flight) reads a tiny capacity; the share
+/// is then raised to what the gate needs, and that is said.
+fn fit(
+    costs: &[f64],
+    capacity: f64,
+    window: Duration,
+    s: &TrialSettings,
+) -> (Allotment, Option<String>) {
+    let (allotment, warning) = ration::size(
+        costs,
+        capacity,
+        s.connections as f64,
+        s.saturation.generator_target,
+    );
+    let costliest = costs.iter().copied().fold(0.0, f64::max);
+    let needed = 1.5 * s.gate.min_completed as f64 * costliest / window.as_nanos() as f64;
+    if allotment.share() >= needed {
+        return (allotment, warning);
+    }
+    let raised = ration::with_share(allotment, needed.min(0.9 / costs.len().max(1) as f64));
+    let why = format!(
+        "the probe sized {:.2}% of the core per arm (generator capacity {capacity:.0} conn/s), too little for \
+         gate.min_completed = {} from the costliest arm in a window; raised to {:.2}%: the generator may now be the limit",
+        allotment.share() * 100.0,
+        s.gate.min_completed,
+        raised.share() * 100.0
+    );
+    (raised, Some(why))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn alone_each_arm_gets_the_share_that_keeps_the_generator_at_its_target() {
+        let s = TrialSettings::from_config(&Config::default(), vec![0]);
+        let capacity = 30_000.0;
+        let drives = |a: Allotment, cost: f64| a.share() * 1e9 / cost / capacity;
+        for cost in [7_000.0, 20_000.0] {
+            let (a, _) = fit(&[cost], capacity, s.window, &s);
+            assert!((drives(a, cost) - 0.65).abs() < 0.01, "{cost}: {a:?}");
+        }
+        // Together, the same share for both: the pair drives the target.
+        let (both, _) = fit(&[7_000.0, 20_000.0], capacity, s.window, &s);
+        let pair = drives(both, 7_000.0) + drives(both, 20_000.0);
+        assert!((pair - 0.65).abs() < 0.01, "{both:?}");
+    }
 }

@@ -125,9 +125,14 @@ impl Default for SaturationConfig {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct RegimeRecord {
     pub regime: Regime,
-    /// Every arm's allotment (the same for all), in the saturated regime.
+    /// Every arm's allotment (the same for all) in a duet, in the saturated
+    /// regime...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allotment: Option<Allotment>,
+    /// ...and each arm's own under the blocks schedule, by arm (empty in a
+    /// duet, and in blocks measured before arms were sized alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alone: Vec<Allotment>,
     /// What the probe measured: each arm's busy cost per connection in the
     /// meter's unit (None for an arm that served nothing)...
     #[serde(default)]
@@ -150,8 +155,34 @@ impl RegimeRecord {
         }
     }
 
+    /// Arm `i`'s allotment: its own where arms were sized alone.
+    pub fn allotment_of(&self, i: usize) -> Option<Allotment> {
+        self.alone.get(i).copied().or(self.allotment)
+    }
+
     /// One line for tables and logs.
     pub fn describe(&self) -> String {
+        if self.regime == Regime::Saturated && !self.alone.is_empty() {
+            let each: Vec<String> = self
+                .alone
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} us per {} us ({:.1}%)",
+                        a.quota_us,
+                        a.period_us,
+                        a.share() * 100.0
+                    )
+                })
+                .collect();
+            return format!(
+                "saturated: each arm alone rationed so that it keeps the generator at its target: {}{}",
+                each.join(", "),
+                self.generator_capacity_cps
+                    .map(|g| format!("; generator capacity about {g:.0} conn/s"))
+                    .unwrap_or_default()
+            );
+        }
         match (self.regime, self.allotment) {
             (Regime::Saturated, Some(a)) => format!(
                 "saturated: every arm rationed to {} us per {} us ({:.1}% of the SUT core){}",

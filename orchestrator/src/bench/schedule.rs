@@ -92,7 +92,9 @@ impl Samples {
                     so_far: self,
                 });
                 verify(&arms[i])?;
-                block[i] = Some(run_trial(&arms[i].command, plan, settings)?);
+                let mut alone = settings.clone();
+                alone.ration = self.regime.as_ref().and_then(|r| r.allotment_of(i));
+                block[i] = Some(run_trial(&arms[i].command, plan, &alone)?);
                 done += 1;
             }
             self.orders.push(order);

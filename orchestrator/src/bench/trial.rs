@@ -52,15 +52,18 @@ pub struct DuetSettings {
 }
 
 impl TrialSettings {
-    /// The load the generator puts on servers listening on `ports` (one
-    /// active at a time).
+    /// The load the generator puts on servers listening on `ports`:
+    /// `connections` in flight at each of them, so a server holds the same
+    /// backlog whether it is measured alone or beside others. What a
+    /// connection costs grows with how many a server holds (see the
+    /// README, "Connections in flight").
     pub fn load_spec(&self, ports: &[u16]) -> LoadSpec {
         LoadSpec {
             targets: ports
                 .iter()
                 .map(|&p| SocketAddr::from(([127, 0, 0, 1], p)))
                 .collect(),
-            connections: self.connections,
+            connections: self.connections * ports.len().max(1),
             timeout: self.connection_timeout,
             cores: self.load_cores.clone(),
             contract: self.contract.clone(),

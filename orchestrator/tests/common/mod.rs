@@ -52,14 +52,14 @@ pub fn faulty_arm(mode: &str) -> String {
 }
 
 /// Short windows so a test trial takes about a second, with enough
-/// connections in flight that a rationed server always has work.
+/// connections in flight at each server that a rationed one always has work.
 pub const QUICK: &[&str] = &[
     "--window-ms",
     "700",
     "--warmup-ms",
     "200",
     "--connections",
-    "512",
+    "256",
 ];
 
 pub fn compare_json(
