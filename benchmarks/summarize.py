@@ -179,8 +179,8 @@ def regime(folder):
                 cells.append(f"{label} invalid")
                 continue
             lo, hi = c["ratio_ci95"] or (float("nan"), float("nan"))
-            cells.append(f"{label} {c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] "
-                         f"cv {c['ratio_cv'] * 100:.1f}%")
+            spread = f"cv {c['ratio_cv'] * 100:.1f}%" if c["ratio_cv"] is not None else "no cv"
+            cells.append(f"{label} {c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] {spread}")
         cs = ", ".join(f"{(a['context_switches_per_connection'] or 0):.3f}" for a in arms)
         unsat = ", ".join(str(a.get("unsaturated_samples", 0)) for a in arms)
         reg = d.get("regime", {})

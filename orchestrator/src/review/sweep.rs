@@ -181,7 +181,7 @@ pub fn chart(r: &SweepRecord) -> String {
         let (lo, hi) = svg::range(values, (0.0, 1.0));
         let mut c = Chart::new(id, &title, (x0 - 0.3, x1 + 0.3), (lo.min(0.0), hi))
             .labels(
-                "connections in flight (log scale); hollow: the generator was the limit",
+                "connections in flight at each server (log scale); hollow: the generator was the limit",
                 &title,
             )
             .x_ticks(ticks.clone());
