@@ -392,10 +392,15 @@ fn alone_every_arm_keeps_the_generator_equally_busy() {
         .expect("arms sized alone");
     let share = |a: &Value| a["quota_us"].as_f64().unwrap() / a["period_us"].as_f64().unwrap();
     assert!(share(&alone[1]) > 2.0 * share(&alone[0]), "{report}");
+    // Equal shares leave the generator about a third as busy for the dear
+    // arm (0.18 against 0.56, seen with this feature broken). Sized alone it
+    // is close, not equal: with half of the core the dear fixture cannot
+    // quite use its share at 256 connections (0.76-0.82 of it, measured),
+    // and its generator ran 0.44-0.49 busy against the cheap arm's 0.54-0.67.
     let busy = |i| arm(&report, i)["generator_busy"].as_f64().unwrap();
     let (cheap, costly) = (busy(0), busy(1));
     assert!(
-        (0.75..1.33).contains(&(costly / cheap)),
+        (0.6..1.5).contains(&(costly / cheap)),
         "generator {cheap:.2} busy for the cheap arm, {costly:.2} for the dear one"
     );
 }

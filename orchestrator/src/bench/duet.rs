@@ -8,8 +8,8 @@
 //!
 //! At each window boundary the generator lets every connection under way
 //! finish before the counters are read, so no connection's work straddles two
-//! windows (with a third of a 1 s window per arm, the 256 connections in
-//! flight at an unquiesced boundary are a tenth of an arm's sample).
+//! windows (the 256 connections a server holds at an unquiesced boundary
+//! would be a few percent of its sample in a 1 s window).
 //!
 //! One arm is loaded at a time, so each server runs as it would alone on its
 //! core (with the whole load, its own receive work in its own slices), while

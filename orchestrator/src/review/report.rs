@@ -116,7 +116,7 @@ fn facts(run: &RecordedRun) -> String {
         (
             "load",
             format!(
-                "{} connections in flight at each server; {} ms warm-up, {} ms window",
+                "load.connections = {}; {} ms warm-up, {} ms window",
                 r.config.load.connections, r.config.trial.warmup_ms, r.config.trial.window_ms
             ),
         ),
