@@ -46,15 +46,22 @@ pub fn coefficient_of_variation(samples: &[f64]) -> f64 {
     std_dev(samples) / mean(samples)
 }
 
+/// The probabilities P(Bin(n, p) = i) for i = 0..=n, from their logarithms
+/// so that no term underflows on its way to the ones that matter (0.5^n is
+/// 0 in f64 beyond n = 1074, which would make every interval cover).
+fn binomial_pmfs(n: usize, p: f64) -> impl Iterator<Item = f64> {
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    (0..=n).scan(n as f64 * lq, move |log_pmf, i| {
+        if i > 0 {
+            *log_pmf += ((n + 1 - i) as f64 / i as f64).ln() + lp - lq;
+        }
+        Some(log_pmf.exp())
+    })
+}
+
 /// P(Bin(n, 1/2) <= k).
 fn binomial_half_cdf(n: usize, k: usize) -> f64 {
-    let mut term = 0.5f64.powi(n as i32); // C(n, 0) / 2^n
-    let mut sum = term;
-    for i in 1..=k.min(n) {
-        term *= (n + 1 - i) as f64 / i as f64;
-        sum += term;
-    }
-    sum
+    binomial_pmfs(n, 0.5).take(k.min(n) + 1).sum()
 }
 
 /// An interval of the median with its exact coverage.
@@ -182,15 +189,21 @@ pub fn normal_cdf(x: f64) -> f64 {
 /// The 1-based rank k of the order-statistic interval [x(k), x(n+1-k)]
 /// that [`median_interval`] takes for `n` samples at `level`.
 fn interval_rank(n: usize, level: f64) -> Option<usize> {
-    let coverage = |k: usize| 1.0 - 2.0 * binomial_half_cdf(n, k - 1);
-    if n < MIN_SAMPLES || coverage(1) < level {
+    if n < MIN_SAMPLES {
         return None;
     }
-    let mut k = 1;
-    while k < n / 2 && coverage(k + 1) >= level {
-        k += 1;
-    }
-    Some(k)
+    // Coverage 1 - 2 P(Bin <= k - 1) >= level: the count of ranks whose
+    // lower tail stays within (1 - level) / 2, in one pass.
+    let tail = (1.0 - level) / 2.0;
+    let mut cdf = 0.0;
+    let k = binomial_pmfs(n, 0.5)
+        .take(n / 2)
+        .take_while(|pmf| {
+            cdf += pmf;
+            cdf <= tail
+        })
+        .count();
+    (k >= 1).then_some(k)
 }
 
 /// The fewest samples that give an interval of the median at `level`.
@@ -202,15 +215,7 @@ pub fn min_samples(level: f64) -> usize {
 
 /// P(Bin(n, p) >= m).
 fn binomial_tail(n: usize, p: f64, m: usize) -> f64 {
-    let mut pmf = (1.0 - p).powi(n as i32);
-    let mut tail = if m == 0 { pmf } else { 0.0 };
-    for i in 1..=n {
-        pmf *= (n + 1 - i) as f64 / i as f64 * p / (1.0 - p);
-        if i >= m {
-            tail += pmf;
-        }
-    }
-    tail
+    binomial_pmfs(n, p).skip(m).sum()
 }
 
 /// Samples needed so that, with per-sample spread `sd` (normal, of log
@@ -312,6 +317,18 @@ mod tests {
         for p in [0.01, 0.2, 0.5, 0.8, 0.975] {
             assert!((normal_cdf(normal_quantile(p)) - p).abs() < 1e-6, "{p}");
         }
+    }
+
+    #[test]
+    fn a_long_measurement_gets_an_interval_of_the_coverage_asked() {
+        // 2000 samples: 0.5^2000 underflows in f64, and an interval built on
+        // it covered nothing while reporting a coverage of 1.
+        let samples: Vec<f64> = (0..2000).map(|i| i as f64).collect();
+        let i = median_interval(&samples, 0.95).unwrap();
+        assert!(i.coverage >= 0.95 && i.coverage < 0.96, "{i:?}");
+        // The normal approximation: n/2 - 1.96 sqrt(n)/2 = 956.2.
+        assert!((955.0..=957.0).contains(&i.lo), "{i:?}");
+        assert_eq!(i.hi, 1999.0 - i.lo);
     }
 
     #[test]
