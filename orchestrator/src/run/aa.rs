@@ -4,16 +4,17 @@
 //! confidence bound on it, and refuses to run a lottery when the threshold
 //! cannot be resolved within `run.max_blocks`.
 //!
-//! One noisy burst on a shared host should not refuse a run, so an A/A that
-//! would refuse is measured once more, afresh, and the second look decides
-//! from the samples of both; both are reported. Pooling tightens the bound
-//! where the spread is steady (twelve samples bound it at 1.70 times their
-//! estimate, twenty-four at 1.40, so a run sized from both needs about a
-//! third fewer samples), and a burst in the first look still weighs on the
-//! second, so pooling can only refuse more where the first look was the
-//! noisier. With two looks, each bound is taken at 97.5%: the chance that a
-//! machine too noisy for the threshold gets through either look stays at
-//! most 5% (a union bound), as with one look at 95%.
+//! One noisy burst on a shared host should not refuse a run, and twelve
+//! samples bound a spread loosely (at 1.70 times their estimate, twenty-four
+//! at 1.40). So an A/A that would refuse, or would raise the samples per
+//! measurement, is measured once more, afresh, and the second look sizes
+//! the run from the samples of both; both are reported. Where the spread is
+//! steady that asks about a third fewer samples of every measurement, for
+//! twelve more windows once. A burst in the first look still weighs on the
+//! pooled bound, so pooling is never more lenient than the samples allow.
+//! Each look's bound is taken at 97.5%: the chance that a machine too noisy
+//! for the threshold gets through either look stays at most 5% (a union
+//! bound), as with one look at 95%.
 
 use anyhow::Result;
 
@@ -64,9 +65,9 @@ impl Loop<'_> {
                 ..check.clone()
             };
             self.run.aa = Some(recorded);
-            match refusal {
-                None => {
-                    let blocks = self.config().compare.blocks;
+            let blocks = self.config().compare.blocks;
+            match next(look, blocks_needed, blocks, refusal) {
+                Next::Run => {
                     if blocks_needed > blocks {
                         say(
                             &self.bar,
@@ -78,17 +79,14 @@ impl Loop<'_> {
                     self.run.blocks = blocks_needed;
                     return Ok(None);
                 }
-                Some(r) if look == LOOKS => {
+                Next::Refuse(r) => {
                     let first = earlier.map_or(String::new(), |(_, m)| {
                         format!(" It was measured twice; the first time: {m}.")
                     });
                     return Ok(Some(format!("{r}{first}")));
                 }
-                Some(_) => {
-                    say(
-                        &self.bar,
-                        "the A/A spread is too wide for the threshold: measuring it once more before refusing",
-                    );
+                Next::LookAgain(why) => {
+                    say(&self.bar, why);
                     earlier = Some((check, message));
                 }
             }
@@ -188,6 +186,33 @@ impl Loop<'_> {
     }
 }
 
+/// What the A/A check does after one look.
+#[derive(Debug, PartialEq)]
+enum Next {
+    /// Size every measurement from this look.
+    Run,
+    Refuse(String),
+    /// Measure once more, for the reason given.
+    LookAgain(String),
+}
+
+/// After look `look` (1-based), which asks for `needed` samples against
+/// `compare.blocks` = `blocks` and would give `refusal`: a look that asks
+/// for no more than `blocks` runs, the last look decides, and any other
+/// look is taken again, to refuse only after two or to size from both.
+fn next(look: usize, needed: usize, blocks: usize, refusal: Option<String>) -> Next {
+    match refusal {
+        Some(r) if look >= LOOKS => Next::Refuse(r),
+        Some(_) => Next::LookAgain(
+            "the A/A spread is too wide for the threshold: measuring it once more before refusing".into(),
+        ),
+        None if look >= LOOKS || needed <= blocks => Next::Run,
+        None => Next::LookAgain(format!(
+            "measuring the A/A once more, to size every measurement from both looks rather than {needed} samples from one"
+        )),
+    }
+}
+
 /// What one A/A measurement found.
 enum Look {
     /// A server failed its gate: no second look helps.
@@ -199,6 +224,16 @@ enum Look {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_look_that_would_raise_the_samples_or_refuse_is_taken_again_once() {
+        let refusal = || Some("too noisy".to_string());
+        assert_eq!(next(1, 12, 12, None), Next::Run);
+        assert!(matches!(next(1, 34, 12, None), Next::LookAgain(_)));
+        assert!(matches!(next(1, 90, 12, refusal()), Next::LookAgain(_)));
+        assert_eq!(next(2, 34, 12, None), Next::Run);
+        assert_eq!(next(2, 90, 12, refusal()), Next::Refuse("too noisy".into()));
+    }
 
     #[test]
     fn a_wider_spread_needs_more_samples() {
