@@ -5,16 +5,17 @@
 //! cannot be resolved within `run.max_blocks`.
 //!
 //! One noisy burst on a shared host should not refuse a run, and twelve
-//! samples bound a spread loosely (at 1.70 times their estimate, twenty-four
-//! at 1.40). So an A/A that would refuse, or would raise the samples per
-//! measurement, is measured once more, afresh, and the second look sizes
-//! the run from the samples of both; both are reported. Where the spread is
-//! steady that asks about a third fewer samples of every measurement, for
-//! twelve more windows once. A burst in the first look still weighs on the
-//! pooled bound, so pooling is never more lenient than the samples allow.
-//! Each look's bound is taken at 97.5%: the chance that a machine too noisy
-//! for the threshold gets through either look stays at most 5% (a union
-//! bound), as with one look at 95%.
+//! samples bound a spread loosely (at 1.79 times their estimate at the
+//! confidence below, twenty-four at 1.45). So an A/A that would refuse, or
+//! would raise the samples per measurement, is measured once more, afresh.
+//! The second look bounds the spread twice, from its own samples (a burst
+//! in the first look then counts for nothing: a CI host measured 11.9% and
+//! then 4.9%) and from both looks' samples pooled (a steady spread then
+//! asks for about a third fewer samples of every measurement: 3.7% and
+//! 4.0% on a CI host), and the smaller bound sizes the run. At most three
+//! bounds are taken, each at [`SPREAD_CONFIDENCE`] = 1 - 5%/3, so the
+//! chance that a machine too noisy for the threshold gets through any of
+//! them stays at most 5% (a union bound), as with one look at 95%.
 
 use anyhow::Result;
 
@@ -29,10 +30,14 @@ use crate::referee::stats;
 /// the threshold.
 pub const POWER: f64 = 0.8;
 
-/// How sure the spread's upper bound is, per look (at most [`LOOKS`]):
-/// sizing from the bound, not from the estimate, keeps a lucky A/A from
+/// How sure each upper bound on the spread is (at most [`BOUNDS`] of them):
+/// sizing from a bound, not from the estimate, keeps a lucky A/A from
 /// under-sizing the whole run.
-pub const SPREAD_CONFIDENCE: f64 = 0.975;
+pub const SPREAD_CONFIDENCE: f64 = 1.0 - 0.05 / BOUNDS as f64;
+
+/// Upper bounds on the spread a check takes at most: the first look's, the
+/// second look's own and the two looks' pooled.
+pub const BOUNDS: usize = 3;
 
 /// A/A measurements at most before a refusal.
 pub const LOOKS: usize = 2;
@@ -47,6 +52,24 @@ pub fn samples_needed(ratios: &[f64], threshold: f64) -> (f64, usize) {
         bound,
         stats::samples_needed(bound, threshold, DECISION_LEVEL, POWER),
     )
+}
+
+/// The bound on the spread that sizes the run, the samples it asks for,
+/// and whether it is the pooled one: from a look's `ratios` alone, or, on a
+/// second look, the smaller of their own bound and the bound of `earlier`
+/// and `ratios` pooled.
+pub fn size(ratios: &[f64], earlier: &[f64], threshold: f64) -> (f64, usize, bool) {
+    let (own, n) = samples_needed(ratios, threshold);
+    if earlier.is_empty() {
+        return (own, n, false);
+    }
+    let pooled: Vec<f64> = earlier.iter().chain(ratios).copied().collect();
+    let (both, m) = samples_needed(&pooled, threshold);
+    if both < own {
+        (both, m, true)
+    } else {
+        (own, n, false)
+    }
 }
 
 impl Loop<'_> {
@@ -137,8 +160,7 @@ impl Loop<'_> {
         }
         let aa = samples.compare(CANDIDATE, CHAMPION, threshold);
         let cv = aa.ratio_cv.unwrap_or(0.0);
-        let pooled: Vec<f64> = earlier.iter().chain(&aa.block_ratios).copied().collect();
-        let (bound, sized) = samples_needed(&pooled, threshold);
+        let (bound, sized, pooled_bound) = size(&aa.block_ratios, earlier, threshold);
         let needed = sized.max(blocks);
         let champ = samples.arm_summary(CHAMPION, "champion");
         let control = samples.arm_summary(CONTROL, "control");
@@ -160,9 +182,14 @@ impl Loop<'_> {
             String::new()
         } else {
             format!(
-                "; with the first look's {} samples, {:.1}%",
+                "; with the first look's {} samples, {:.1}% (the {} bound sizes the run)",
                 earlier.len(),
-                stats::coefficient_of_variation(&pooled) * 100.0
+                stats::coefficient_of_variation(&[earlier, &aa.block_ratios].concat()) * 100.0,
+                if pooled_bound {
+                    "pooled"
+                } else {
+                    "second look's own"
+                }
             )
         };
         let message = format!(
@@ -233,6 +260,26 @@ mod tests {
         assert!(matches!(next(1, 90, 12, refusal()), Next::LookAgain(_)));
         assert_eq!(next(2, 34, 12, None), Next::Run);
         assert_eq!(next(2, 90, 12, refusal()), Next::Refuse("too noisy".into()));
+    }
+
+    #[test]
+    fn a_second_look_sizes_from_its_own_samples_after_a_burst_and_pools_a_steady_spread() {
+        let steady: Vec<f64> = (0..12)
+            .map(|i| 1.0 + 0.03 * ((i % 5) as f64 - 2.0) / 2.0)
+            .collect();
+        let burst: Vec<f64> = steady.iter().map(|r| 1.0 + (r - 1.0) * 4.0).collect();
+        let (alone, n_alone) = samples_needed(&steady, 0.03);
+        // After a burst, its own samples bound the spread tighter.
+        let (b, n, pooled) = size(&steady, &burst, 0.03);
+        assert!(!pooled && b == alone && n == n_alone, "{b} {n}");
+        // After a steady first look, the pooled bound is tighter.
+        let (b, n, pooled) = size(&steady, &steady, 0.03);
+        assert!(
+            pooled && b < alone && n < n_alone,
+            "{b} {n} against {alone} {n_alone}"
+        );
+        // A first look sizes from its own samples.
+        assert_eq!(size(&steady, &[], 0.03), (alone, n_alone, false));
     }
 
     #[test]
