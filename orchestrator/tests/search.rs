@@ -1,8 +1,15 @@
-//! The search on a real run in the saturated regime at the 3% threshold: a
-//! fixture server with three independent planted savings of about 2% each.
+//! The search on a real run in the saturated regime at a 5% threshold: a
+//! fixture server with three independent planted savings of about 3% each.
 //! None clears the line alone, so a greedy climb keeps none of them; the loop
 //! keeps them together, through a stack of the promising attempts (and a
 //! retry where a measurement left one out).
+//!
+//! The main job's line is 3%; the search's logic does not depend on where
+//! the line is, but the run's A/A check does. At 3% (savings of 1.5-1.9%)
+//! a CI host's noisy minutes measured A/A spreads of 3.7% and 4.0%, then
+//! 11.9% and 4.9%, asking for 70 to 579 samples per measurement: the run
+//! refused, and the test with it. At 5% the same spreads ask for about a
+//! third as many, and every saving and the line keep their proportions.
 
 mod common;
 
@@ -13,13 +20,14 @@ use std::process::Output;
 /// Each planted cost, in per mille of the server's own CPU time per
 /// connection (measured by the server itself as it runs), so that each
 /// saving is the same share on any CPU: 20 per mille of own work measured
-/// 1.5% to 1.9% of the whole, the three together about 5%. Promising alone,
-/// clear of the line together. At 15 per mille (about 1.4% each) a noisy
-/// hour here left one of the three with an interval touching 1 in one run
-/// of three: discarded rather than promising, so no stack could take it.
-const EXTRA_PER_MILLE: u64 = 20;
+/// 1.5% to 1.9% of the whole at the 3% line, so 33 is about 2.5-3.1%
+/// against the 5% line, the three together about 9%. Promising alone, clear
+/// of the line together. At 15 per mille against 3% (about 1.4% each) a
+/// noisy hour here left one of the three with an interval touching 1 in one
+/// run of three: discarded rather than promising, so no stack could take it.
+const EXTRA_PER_MILLE: u64 = 33;
 
-/// Saturated, at 3%, with windows short enough for a test.
+/// Saturated, at 5%, with windows short enough for a test.
 const SATURATED: &str = r#"
 [trial]
 warmup_ms = 300
@@ -27,14 +35,17 @@ window_ms = 800
 [gate]
 min_completed = 200
 [compare]
-threshold = 0.03
+threshold = 0.05
 [run]
 smoke_window_ms = 200
 profile = true
 max_iterations = 8
-# A noisy hour here measured A/A spreads of 3.1% twice, which asks for 51
-# samples: the default 40 refused the run, and the test with it.
+# Room for a noisy hour's A/A check.
 max_blocks = 64
+[search]
+# A discard this near 1 is worth a retry: the default 0.02 scaled with the
+# line, so a saving a measurement called a discard is still retried.
+near_zero = 0.035
 "#;
 
 /// The planted cost: a spin on the monotonic clock (vDSO, tens of
@@ -42,7 +53,7 @@ max_blocks = 64
 /// dearer than the spin itself), in proportion to the server's own cost per
 /// connection, re-measured on the thread's CPU clock every 2048 connections
 /// without the spins. A spin cut by the rationing's throttle costs less than
-/// it asks; spins are 6% of the work, so that is rare and alike in every arm.
+/// it asks; spins are 10% of the work, so that is rare and alike in every arm.
 const SPIN_FOR: &str = r#"static long own_ns = 10000, spun_ns, counted, own_since;
 
 static long clock_ns(clockid_t clock)
@@ -173,8 +184,8 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
         })
         .collect();
     let context = format!("{summary:#?}\n{}", show(&out));
-    // Each saving is worth about 1.5%: the agent measures all three first,
-    // and none of them alone clears the 3% line on the start (a measurement
+    // Each saving is worth about 3%: the agent measures all three first,
+    // and none of them alone clears the 5% line on the start (a measurement
     // may call one promising or, with its interval touching 1, a discard).
     for x in &a[..3] {
         assert_eq!(x["origin"], "agent", "{context}");
