@@ -121,6 +121,64 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
     })
 }
 
+/// How far apart in time the probes are that [`settle`] compares.
+const SETTLE_SPAN: Duration = Duration::from_secs(10);
+/// Probes of [`settle`] per span, after the first.
+const SETTLE_PROBES: u32 = 2;
+/// How much the generator's capacity may grow over the span for the
+/// machine to count as settled: two probes of a settled machine differ by
+/// up to about 15% (23-36k conn/s across one run's attempts).
+const SETTLE_GROWTH: f64 = 0.2;
+
+/// Whether `readings` (when, capacity in conn/s, whether the probe had to
+/// raise the share for the gate) show a settled machine: the last probe
+/// needed no raise, and over the last [`SETTLE_SPAN`] the capacity grew by
+/// at most [`SETTLE_GROWTH`]. A recovering machine climbs slowly (213,
+/// 11,967 and 16,292 conn/s twenty seconds apart, here, after a 1.2 GB
+/// copy), so two probes in a row agree long before it has recovered; a
+/// span catches most of the climb.
+pub fn settled(readings: &[(Duration, f64, bool)]) -> bool {
+    let Some(&(last_at, last, raised)) = readings.last() else {
+        return false;
+    };
+    let earlier = readings
+        .iter()
+        .rev()
+        .find(|(at, _, _)| last_at.saturating_sub(*at) >= SETTLE_SPAN);
+    match earlier {
+        Some(&(_, first, _)) => !raised && last <= first * (1.0 + SETTLE_GROWTH),
+        None => false,
+    }
+}
+
+/// Probes `arms` until the generator's capacity has stopped climbing
+/// ([`settled`]), for at most `within`, and returns the last probe's regime
+/// with every capacity read. A busy spell of the host (a large file copy
+/// here: a build writing its target directory, say) leaves the loopback
+/// path slow for a minute or two; an A/A check measured in it saw its
+/// gates fail and its spread doubled, and the run refused.
+pub fn settle(
+    arms: &[Arm],
+    plan: &MeterPlan,
+    s: &TrialSettings,
+    within: Duration,
+) -> Result<(RegimeRecord, Vec<f64>)> {
+    let start = Instant::now();
+    let mut readings: Vec<(Duration, f64, bool)> = Vec::new();
+    loop {
+        let record = regime(arms, plan, s)?;
+        let Some(capacity) = record.generator_capacity_cps else {
+            return Ok((record, Vec::new()));
+        };
+        readings.push((start.elapsed(), capacity, record.warning.is_some()));
+        if settled(&readings) || start.elapsed() >= within {
+            return Ok((record, readings.iter().map(|r| r.1).collect()));
+        }
+        std::thread::sleep(SETTLE_SPAN / SETTLE_PROBES);
+        interrupt::check()?;
+    }
+}
+
 /// The allotment that keeps arms of busy costs `costs` (rationed alike, in
 /// the same windows) saturated under a generator of `capacity` conn/s, and
 /// gives the gate its connections per `window` from the costliest of them.
@@ -159,6 +217,32 @@ fn fit(
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn a_machine_counts_as_settled_once_its_generator_stops_climbing() {
+        let at = |s: u64, c: f64| (Duration::from_secs(s), c, false);
+        // One probe, or probes closer than a span: not yet.
+        assert!(!settled(&[at(0, 30_000.0)]));
+        assert!(!settled(&[at(0, 30_000.0), at(5, 30_000.0)]));
+        // Steady within the noise of a probe over a span.
+        assert!(settled(&[
+            at(0, 30_000.0),
+            at(5, 26_000.0),
+            at(10, 33_000.0)
+        ]));
+        // The climb measured after a large copy: 213, then about 12k and
+        // 16k twenty seconds apart.
+        assert!(!settled(&[at(0, 213.0), at(5, 6_000.0), at(10, 12_000.0)]));
+        assert!(!settled(&[
+            at(0, 9_000.0),
+            at(5, 10_500.0),
+            at(10, 12_000.0)
+        ]));
+        // A probe that had to raise the share for the gate is not settled.
+        let mut raised = vec![at(0, 30_000.0), at(10, 30_000.0)];
+        raised[1].2 = true;
+        assert!(!settled(&raised));
+    }
 
     #[test]
     fn alone_each_arm_gets_the_share_that_keeps_the_generator_at_its_target() {

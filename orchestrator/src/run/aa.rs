@@ -21,6 +21,7 @@ use anyhow::Result;
 
 use super::{say, Loop};
 use crate::bench::arm::Arm;
+use crate::bench::probe;
 use crate::bench::samples::Samples;
 use crate::record::journal::AaCheck;
 use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL, DECISION_LEVEL};
@@ -38,6 +39,10 @@ pub const SPREAD_CONFIDENCE: f64 = 1.0 - 0.05 / BOUNDS as f64;
 /// Upper bounds on the spread a check takes at most: the first look's, the
 /// second look's own and the two looks' pooled.
 pub const BOUNDS: usize = 3;
+
+/// How long the first look waits at most for the machine to settle
+/// ([`probe::settle`]) before it measures anyway.
+const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A/A measurements at most before a refusal.
 pub const LOOKS: usize = 2;
@@ -130,6 +135,24 @@ impl Loop<'_> {
         };
         let arms = [self.champion_arm.clone(), twin, self.control.clone()];
         let settings = self.settings();
+        if earlier.is_empty() {
+            self.bar
+                .set_message("probing until the generator's capacity is steady");
+            let (record, capacities) =
+                probe::settle(&arms, &self.session.plan, &settings, SETTLE_WITHIN)?;
+            if capacities.len() > 3 {
+                let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
+                say(
+                    &self.bar,
+                    format!(
+                        "the generator's capacity took {} probes to steady (conn/s: {})",
+                        capacities.len(),
+                        read.join(", ")
+                    ),
+                );
+            }
+            samples.regime = Some(record);
+        }
         self.measure(
             &arms,
             blocks,
