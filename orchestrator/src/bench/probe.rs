@@ -125,6 +125,9 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
 const SETTLE_SPAN: Duration = Duration::from_secs(10);
 /// Probes of [`settle`] per span, after the first.
 const SETTLE_PROBES: u32 = 2;
+/// Probes [`settle`] takes on a machine already settled: one at each end
+/// of the span and those between.
+pub const SETTLED_AT_ONCE: usize = SETTLE_PROBES as usize + 1;
 /// How much the generator's capacity may grow over the span for the
 /// machine to count as settled: two probes of a settled machine differ by
 /// up to about 15% (23-36k conn/s across one run's attempts).

@@ -18,6 +18,7 @@
 //! them stays at most 5% (a union bound), as with one look at 95%.
 
 use anyhow::Result;
+use std::time::Duration;
 
 use super::{say, Loop};
 use crate::bench::arm::Arm;
@@ -42,7 +43,7 @@ pub const BOUNDS: usize = 3;
 
 /// How long the first look waits at most for the machine to settle
 /// ([`probe::settle`]) before it measures anyway.
-const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(120);
+const SETTLE_WITHIN: Duration = Duration::from_secs(120);
 
 /// A/A measurements at most before a refusal.
 pub const LOOKS: usize = 2;
@@ -82,11 +83,12 @@ impl Loop<'_> {
     pub(super) fn aa_check(&mut self) -> Result<Option<String>> {
         let mut earlier: Option<(AaCheck, String)> = None;
         for look in 1..=LOOKS {
-            let pooled = earlier.as_ref().map(|(c, _)| c.block_ratios.as_slice());
-            let (check, message, refusal) = match self.aa_look(pooled.unwrap_or_default())? {
-                Look::Gate(refusal) => return Ok(Some(refusal)),
-                Look::Sized(c, m, r) => (c, m, r),
-            };
+            let earlier_ratios = earlier.as_ref().map(|(c, _)| c.block_ratios.as_slice());
+            let (check, message, refusal) =
+                match self.aa_look(earlier_ratios.unwrap_or_default())? {
+                    Look::Gate(refusal) => return Ok(Some(refusal)),
+                    Look::Sized(c, m, r) => (c, m, r),
+                };
             let blocks_needed = check.blocks_needed;
             let recorded = AaCheck {
                 remeasured: earlier.as_ref().map(|(c, _)| Box::new(c.clone())),
@@ -140,7 +142,7 @@ impl Loop<'_> {
                 .set_message("probing until the generator's capacity is steady");
             let (record, capacities) =
                 probe::settle(&arms, &self.session.plan, &settings, SETTLE_WITHIN)?;
-            if capacities.len() > 3 {
+            if capacities.len() > probe::SETTLED_AT_ONCE {
                 let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
                 say(
                     &self.bar,
