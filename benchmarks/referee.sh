@@ -4,7 +4,7 @@
 # nothing here is timed in a test. Writes every JSON document to
 # results/benchmarks/<stamp>/ and prints the summary of summarize.py.
 #
-#   benchmarks/referee.sh [aa|planted|agreement|regime|manycore|all] [RUN_ID]
+#   benchmarks/referee.sh [aa|planted|agreement|regime|schedules|manycore|all] [RUN_ID]
 #
 # aa         20 A/A compares of the vanilla treatment (13 windows each, the
 #            loop's sample count at this machine's spread)
@@ -17,6 +17,9 @@
 #            published changes applied in order, and the control: duet and
 #            blocks at the default 256 connections in flight at each server,
 #            the duet at 32, 128, 384 and 512, and the idle regime
+# schedules  the same three arms, duet (12 windows) and blocks (6) alternated
+#            in SCHEDULE_PAIRS pairs (default 6): the paired gap between the
+#            schedules, free of the drift between measurements
 # manycore   what a machine whose generator saturates the SUT core by itself
 #            gets: the fixture made slow (40 us of busy-wait per connection)
 #            against a copy 10% dearer, with and without rationing, each
@@ -33,6 +36,27 @@ cargo build --release -q
 fixture=$out/faulty_server
 cc -O2 -Wall -Wextra -Werror -pthread -o "$fixture" orchestrator/tests/fixtures/faulty_server.c -luring
 arm() { echo "cmd:$(pwd)/$fixture --mode spin --spin-ns $1"; }
+
+# The vanilla treatment, the peer (treatment/server.c with playbook entries
+# 01-06 applied in order) and the control, as arms.
+three_arms() {
+  peer=$out/peer
+  mkdir -p "$peer"
+  python3 - "$peer/server.c" <<'PY'
+import sys, tomllib
+src = open("treatment/server.c").read()
+for name in ["01-ring-defer-taskrun", "02-multishot-accept", "03-direct-descriptors",
+             "04-connection-freelist", "05-send-msg-more", "06-skip-success-send-close"]:
+    entry = tomllib.load(open(f"knowledge-base/playbook/{name}.toml", "rb"))
+    for e in entry["edits"]:
+        assert src.count(e["search"]) == 1, (name, e["search"][:60])
+        src = src.replace(e["search"], e["replace"])
+open(sys.argv[1], "w").write(src)
+PY
+  cc -O2 -Wall -Wextra -Werror -o "$peer/server" "$peer/server.c" -luring
+  make -s -C treatment OUT="$(pwd)/$out" >/dev/null
+  arms=("cmd:$(pwd)/$out/server" "cmd:$(pwd)/$peer/server" control)
+}
 
 if [[ $what == aa || $what == all ]]; then
   for i in $(seq -w 1 20); do
@@ -71,23 +95,7 @@ if [[ $what == agreement || $what == all ]]; then
   done
 fi
 if [[ $what == regime || $what == all ]]; then
-  # The peer: treatment/server.c with playbook entries 01-06 applied in order.
-  peer=$out/peer
-  mkdir -p "$peer"
-  python3 - "$peer/server.c" <<'PY'
-import sys, tomllib
-src = open("treatment/server.c").read()
-for name in ["01-ring-defer-taskrun", "02-multishot-accept", "03-direct-descriptors",
-             "04-connection-freelist", "05-send-msg-more", "06-skip-success-send-close"]:
-    entry = tomllib.load(open(f"knowledge-base/playbook/{name}.toml", "rb"))
-    for e in entry["edits"]:
-        assert src.count(e["search"]) == 1, (name, e["search"][:60])
-        src = src.replace(e["search"], e["replace"])
-open(sys.argv[1], "w").write(src)
-PY
-  cc -O2 -Wall -Wextra -Werror -o "$peer/server" "$peer/server.c" -luring
-  make -s -C treatment OUT="$(pwd)/$out" >/dev/null
-  arms=("cmd:$(pwd)/$out/server" "cmd:$(pwd)/$peer/server" control)
+  three_arms
   # A configuration's directory is the repository root: the idle copy lives
   # there while it is used.
   idle=harness.idle.toml
@@ -99,6 +107,20 @@ PY
   done
   $R --config "$idle" compare "${arms[@]}" --blocks 12 --json > "$out/regime-idle-duet-256.json"
   rm -f "$idle"
+fi
+if [[ $what == schedules || $what == all ]]; then
+  # A ratio drifts between measurements more than its interval says (README,
+  # "between measurements"), so one duet against one blocks run mostly
+  # measures the minute. Pairs alternate which schedule goes first (ABBA), so
+  # a steady drift lands on both alike; the summary takes the paired gaps.
+  [[ -n ${arms[*]:-} ]] || three_arms
+  for i in $(seq 1 "${SCHEDULE_PAIRS:-6}"); do
+    order=(duet blocks); (( i % 2 == 0 )) && order=(blocks duet)
+    for s in "${order[@]}"; do
+      n=12; [[ $s == blocks ]] && n=6
+      $R compare "${arms[@]}" --schedule $s --blocks $n --json > "$out/schedules-$i-$s.json"
+    done
+  done
 fi
 if [[ $what == manycore || $what == all ]]; then
   idle=harness.idle.toml

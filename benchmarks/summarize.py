@@ -206,6 +206,39 @@ def regime(folder):
                     print(f"  {what}, {label}: {x:.3f} vs {y:.3f}, differ by {abs(y / x - 1) * 100:.1f}%")
 
 
+# Two-sided 95% quantiles of Student's t, by degrees of freedom.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
+        8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145,
+        15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086}
+
+
+def schedules(folder):
+    """Paired duet/blocks gaps: each pair was measured minutes apart at most,
+    so the gap is free of the drift a single pair of runs inherits."""
+    duets = load(folder, "schedules-*-duet.json")
+    if not duets:
+        return
+    print(f"\nschedules, duet (12 windows) against blocks (6), {len(duets)} alternated pairs, "
+          "ratios to vanilla:")
+    gaps = {"peer": [], "control": []}
+    for name, d in duets:
+        b = json.load(open(os.path.join(folder, name.replace("-duet", "-blocks"))))
+        cells = []
+        for i, label in list(enumerate(gaps))[:len(d["comparisons"])]:
+            x, y = d["comparisons"][i]["ratio_median"], b["comparisons"][i]["ratio_median"]
+            if x and y:
+                gaps[label].append(math.log(x / y))
+                cells.append(f"{label} duet {x:.3f} blocks {y:.3f}")
+        print(f"  {name.replace('schedules-', '').replace('-duet.json', '')}: " + "; ".join(cells))
+    for label, g in gaps.items():
+        if len(g) < 2:
+            continue
+        m, se = st.mean(g), st.stdev(g) / math.sqrt(len(g))
+        t = T975[min(len(g) - 1, 20)]
+        print(f"  {label}: duet / blocks {math.exp(m):.3f} [{math.exp(m - t * se):.3f}, "
+              f"{math.exp(m + t * se):.3f}] (95%, t over {len(g)} pairs)")
+
+
 def manycore(folder):
     runs = load(folder, "manycore-*.json")
     if not runs:
@@ -232,4 +265,5 @@ if __name__ == "__main__":
     planted(folder)
     agreement(folder)
     regime(folder)
+    schedules(folder)
     manycore(folder)
