@@ -342,7 +342,7 @@ impl Default for RunConfig {
             max_consecutive_failures: 12,
             max_cost_usd: 5.0,
             smoke_window_ms: 500,
-            max_blocks: 40,
+            max_blocks: 80,
             drift_warning: 0.05,
             suspicious_gain: 2.0,
             profile: true,
