@@ -84,7 +84,8 @@ fn recorded() -> (&'static Recorded, Release) {
         assert_eq!(
             verdicts(&run_dir),
             ["keep", "keep", "discard", "build_failed"],
-            "the planted run did not come out as planted: {}",
+            "the planted run did not come out as planted: {}\n{}",
+            verdict_details(&run_dir),
             show(&out)
         );
         Recorded { root, id }

@@ -312,6 +312,15 @@ pub fn verdicts(run_dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Each attempt's verdict with its detail, for a failure message that says
+/// why an attempt did not come out as planted.
+pub fn verdict_details(run_dir: &Path) -> String {
+    attempts(run_dir)
+        .iter()
+        .map(|a| format!("{}: {}\n", a["verdict"], a["detail"]))
+        .collect()
+}
+
 pub fn run_json(run_dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(run_dir.join("run.json")).unwrap()).unwrap()
 }
