@@ -43,6 +43,26 @@ impl Samples {
         gate::combine(&gates)
     }
 
+    /// Which of `arms` (index, name) failed the gate and why, for a verdict's
+    /// detail: an invalid comparison is the candidate's fault only if the
+    /// candidate is the arm that failed.
+    pub fn gate_failures(&self, arms: &[(usize, &str)]) -> Option<String> {
+        let failed: Vec<String> = arms
+            .iter()
+            .filter_map(|&(arm, name)| {
+                let g = self.gate(arm);
+                if g.passed {
+                    return None;
+                }
+                let mut why: Vec<String> =
+                    g.reasons.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                why.extend(g.detail.iter().cloned());
+                Some(format!("the {name} failed the gate ({})", why.join("; ")))
+            })
+            .collect();
+        (!failed.is_empty()).then(|| failed.join(", "))
+    }
+
     /// The comparison with a 95% interval.
     pub fn compare(&self, arm: usize, baseline: usize, threshold: f64) -> Comparison {
         self.compare_at(arm, baseline, threshold, 0.95)
@@ -263,6 +283,8 @@ pub fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::gate::GateEvidence;
+    use crate::config::GateConfig;
 
     fn trial(cost: Option<f64>) -> Measurement {
         Measurement {
@@ -322,6 +344,31 @@ mod tests {
     fn an_invalid_baseline_invalidates_the_comparison() {
         let s = samples(&[None, Some(100.0)], &[Some(50.0), Some(50.0)]);
         assert_eq!(s.compare(1, 0, 0.03).verdict, Verdict::Invalid);
+    }
+
+    #[test]
+    fn gate_failures_name_the_arm_that_failed_and_why() {
+        let mut s = samples(&[Some(100.0); 2], &[Some(50.0); 2]);
+        let arms = [(0, "champion"), (1, "candidate")];
+        assert_eq!(s.gate_failures(&arms), None);
+        s.trials[0][1].gate = gate::judge(
+            &GateEvidence {
+                attempts: 10,
+                completed: 10,
+                window_completed: 10_000,
+                alive: true,
+                held_connections: 3,
+                ..Default::default()
+            },
+            &GateConfig::default(),
+        );
+        let why = s.gate_failures(&arms).unwrap();
+        assert!(
+            why.starts_with("the champion failed the gate (deferred_close 3;"),
+            "{why}"
+        );
+        assert!(why.contains("still held 3 connections"), "{why}");
+        assert!(!why.contains("candidate"), "{why}");
     }
 
     #[test]

@@ -179,7 +179,12 @@ pub fn judge(
     let duet = e.vs_champion.ratio_median.unwrap_or(1.0);
     if let Some(reason) = keep::unconfirmed(duet, &c, rules.threshold) {
         j.verdict = AttemptVerdict::Discard;
-        j.detail = Some(reason);
+        j.detail = Some(
+            match alone.gate_failures(&[(0, "champion"), (1, "candidate")]) {
+                Some(gates) => format!("{reason}: {gates}"),
+                None => reason,
+            },
+        );
     }
     e.confirmation = Some((c, alone));
     j.measure_s += t.elapsed().as_secs_f64();
@@ -261,7 +266,11 @@ fn measure_and_decide(
     let (verdict, vs_champion) = step;
     j.verdict = verdict;
     if verdict == AttemptVerdict::Invalid {
-        j.detail = Some("a gate failed during measurement".into());
+        let gates = samples.gate_failures(&[(CHAMPION, "champion"), (CANDIDATE, "candidate")]);
+        j.detail = Some(match gates {
+            Some(gates) => format!("a gate failed during measurement: {gates}"),
+            None => "too few samples could be scored for an interval".into(),
+        });
     }
     if verdict.is_keep() {
         let tail = keep::Tail::of(&samples, CANDIDATE, CHAMPION);

@@ -120,7 +120,7 @@ impl Tail {
 pub fn unconfirmed(duet_median: f64, alone: &Comparison, threshold: f64) -> Option<String> {
     let [lo, hi] = match (alone.verdict, alone.ratio_ci95) {
         (Verdict::Invalid, _) | (_, None) => {
-            return Some("the candidate failed the gate when measured alone".into())
+            return Some("alone, no verdict could be reached".into())
         }
         (_, Some(ci)) => ci,
     };
@@ -226,7 +226,9 @@ mod tests {
         assert!(unconfirmed(0.90, &cmp(0.98, 0.95, 1.01), 0.03).is_some());
         let mut invalid = cmp(0.9, 0.8, 0.95);
         invalid.verdict = Verdict::Invalid;
-        assert!(unconfirmed(0.9, &invalid, 0.03).unwrap().contains("gate"));
+        assert!(unconfirmed(0.9, &invalid, 0.03)
+            .unwrap()
+            .contains("no verdict"));
     }
 
     /// The keep rule over simulated measurements of `n` samples (and `n`
