@@ -111,8 +111,16 @@ pub struct MeterReading {
     pub syscalls: Option<u64>,
     /// Task-clock the server's threads spent on any core but the SUT core:
     /// all of it minus what ran on the SUT core, so no CPU the kernel has
-    /// (whatever `taskset` or a quota lets ratchet see) is left out.
+    /// (whatever `taskset` or a quota lets ratchet see) is left out. The
+    /// least there can have been: the SUT counter is read after the total.
     pub off_core_ns: u64,
+    /// The most off-core time there can have been at this reading, with the
+    /// SUT counter read before the total: a server running between the
+    /// reads puts the truth between the two. A delta subtracts this bound
+    /// from the later reading's least, so a server busy on its core while
+    /// it is read never shows off-core time it did not run.
+    #[serde(skip)]
+    pub off_core_max_ns: u64,
     /// CPU time of the server's cgroup (see [`crate::bench::cgroup`]): the
     /// cross-check that nothing ran in it unmetered.
     #[serde(default)]
@@ -135,7 +143,8 @@ impl MeterReading {
             task_clock_ns: self.task_clock_ns - earlier.task_clock_ns,
             context_switches: self.context_switches - earlier.context_switches,
             syscalls: self.syscalls.zip(earlier.syscalls).map(|(a, b)| a - b),
-            off_core_ns: self.off_core_ns.saturating_sub(earlier.off_core_ns),
+            off_core_ns: self.off_core_ns.saturating_sub(earlier.off_core_max_ns),
+            off_core_max_ns: self.off_core_max_ns.saturating_sub(earlier.off_core_ns),
             cgroup_ns: self
                 .cgroup_ns
                 .zip(earlier.cgroup_ns)
@@ -210,9 +219,7 @@ impl ServerCounters {
     }
 
     pub fn read(&mut self) -> Result<MeterReading> {
-        // The SUT share last: a server running now adds to it between the
-        // two reads, which can only hide a microsecond of off-core time,
-        // never invent one for a server that stayed on its core.
+        let sut_before = self.on_sut.read()?;
         let task_clock_ns = self.task_clock.read()?;
         let primary = match &mut self.primary {
             Some(c) => c.read()?,
@@ -230,6 +237,7 @@ impl ServerCounters {
             context_switches,
             syscalls,
             off_core_ns: task_clock_ns.saturating_sub(on_sut),
+            off_core_max_ns: task_clock_ns.saturating_sub(sut_before),
             cgroup_ns: None,
             throttling: None,
         })
@@ -240,6 +248,31 @@ impl ServerCounters {
 mod tests {
     use super::*;
     use std::ffi::CString;
+
+    #[test]
+    fn a_server_read_while_running_on_its_core_shows_no_off_core_delta() {
+        // Read mid-run: 60 us ran on the SUT core between the two reads of
+        // its counter, so anything from 0 to 60 us may be off-core.
+        let a = MeterReading {
+            task_clock_ns: 1_000_060,
+            off_core_ns: 0,
+            off_core_max_ns: 60,
+            ..Default::default()
+        };
+        let idle = MeterReading {
+            task_clock_ns: 2_000_000,
+            off_core_ns: 60,
+            off_core_max_ns: 60,
+            ..Default::default()
+        };
+        assert_eq!(idle.delta(&a).off_core_ns, 0);
+        let moved = MeterReading {
+            off_core_ns: 100_060,
+            off_core_max_ns: 100_060,
+            ..idle
+        };
+        assert_eq!(moved.delta(&a).off_core_ns, 100_000);
+    }
 
     /// A child that burns 50 ms of CPU between the counters' opening and its
     /// exec: none of it is the server's.
