@@ -24,6 +24,9 @@ use crate::referee::verdict::AttemptVerdict;
 pub const CHAMPION: usize = 0;
 pub const CANDIDATE: usize = 1;
 pub const CONTROL: usize = 2;
+/// The arms whose gates decide a judgement, named for its detail; the
+/// confirmation alone measures them at the same indices.
+const JUDGED: [(usize, &str); 2] = [(CHAMPION, "champion"), (CANDIDATE, "candidate")];
 
 /// The settings of the keep rule and the smoke run.
 #[derive(Clone, Debug)]
@@ -175,16 +178,14 @@ pub fn judge(
     if let Err(e) = stages.measure(&arms, &mut alone, Phase::Confirming) {
         return tampered(j, e, t);
     }
-    let c = alone.compare(1, 0, rules.threshold);
+    let c = alone.compare(CANDIDATE, CHAMPION, rules.threshold);
     let duet = e.vs_champion.ratio_median.unwrap_or(1.0);
     if let Some(reason) = keep::unconfirmed(duet, &c, rules.threshold) {
         j.verdict = AttemptVerdict::Discard;
-        j.detail = Some(
-            match alone.gate_failures(&[(0, "champion"), (1, "candidate")]) {
-                Some(gates) => format!("{reason}: {gates}"),
-                None => reason,
-            },
-        );
+        j.detail = Some(match alone.gate_failures(&JUDGED) {
+            Some(gates) => format!("{reason}: {gates}"),
+            None => reason,
+        });
     }
     e.confirmation = Some((c, alone));
     j.measure_s += t.elapsed().as_secs_f64();
@@ -266,8 +267,7 @@ fn measure_and_decide(
     let (verdict, vs_champion) = step;
     j.verdict = verdict;
     if verdict == AttemptVerdict::Invalid {
-        let gates = samples.gate_failures(&[(CHAMPION, "champion"), (CANDIDATE, "candidate")]);
-        j.detail = Some(match gates {
+        j.detail = Some(match samples.gate_failures(&JUDGED) {
             Some(gates) => format!("a gate failed during measurement: {gates}"),
             None => "too few samples could be scored for an interval".into(),
         });
