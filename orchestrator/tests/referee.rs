@@ -369,10 +369,10 @@ fn a_server_that_idles_between_bursts_is_reported_not_saturated() {
 }
 
 /// Alone (the blocks schedule), each arm is rationed so that it by itself
-/// keeps the generator at the probe's target, as the arms of a duet do
-/// together. With one allotment for both, a server three times dearer
-/// completes a third as many connections beside an idler generator, and
-/// pays more per connection to wake it.
+/// drives its part of the probe's target, as it does in a duet. With one
+/// allotment for both, a server three times dearer completes a third as
+/// many connections beside an idler generator, and pays more per connection
+/// to wake it.
 #[test]
 fn alone_every_arm_keeps_the_generator_equally_busy() {
     let _g = exclusive();

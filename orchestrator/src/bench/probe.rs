@@ -79,8 +79,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         .collect();
     let total: u64 = done.iter().sum();
     let generator_busy = (cpu1 - cpu0).as_secs_f64() / elapsed / s.load_cores.len().max(1) as f64;
-    let known: Vec<f64> = costs.iter().flatten().copied().collect();
-    if known.is_empty() || total == 0 || generator_busy <= 0.0 {
+    if costs.iter().all(Option::is_none) || total == 0 || generator_busy <= 0.0 {
         return Ok(RegimeRecord {
             regime: Regime::Saturated,
             allotment: Some(ration::PROBE),
@@ -97,20 +96,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         Schedule::Duet => s.duet.window,
         Schedule::Blocks => s.window,
     };
-    let fit = |costs: &[f64]| fit(costs, capacity, window, s);
-    let (allotment, warning) = fit(&known);
-    // Alone, each arm gets the share at which it by itself keeps the
-    // generator at its target, as the arms together do in a duet: an arm
-    // measured beside an idler generator pays more to wake it (sending the
-    // response wakes the client), so equal shares would make a costlier
-    // arm's generator idler and its cost dearer still.
-    let alone = match s.schedule {
-        Schedule::Duet => Vec::new(),
-        Schedule::Blocks => costs
-            .iter()
-            .map(|c| c.map_or(allotment, |c| fit(&[c]).0))
-            .collect(),
-    };
+    let (allotment, warning, alone) = allot(&costs, capacity, window, s);
     Ok(RegimeRecord {
         regime: Regime::Saturated,
         allotment: Some(allotment),
@@ -182,24 +168,54 @@ pub fn settle(
     }
 }
 
+/// The allotment the arms of busy costs `costs` (None: an arm that served
+/// nothing in the probe) share in a duet, why it may not saturate them, and
+/// under the blocks schedule each arm's own.
+///
+/// Alone, each arm gets the share at which it by itself drives its part of
+/// the generator's target: the rate it is served at in a duet of the same
+/// arms. Not equal shares: a costlier arm would then run beside an idler
+/// generator and pay more to wake it (sending the response wakes the
+/// client). Nor the whole target: served at n times its duet rate, an arm's
+/// cost moved with the rate, the Go control's most (README, "The
+/// schedules").
+fn allot(
+    costs: &[Option<f64>],
+    capacity: f64,
+    window: Duration,
+    s: &TrialSettings,
+) -> (Allotment, Option<String>, Vec<Allotment>) {
+    let target = s.saturation.generator_target;
+    let known: Vec<f64> = costs.iter().flatten().copied().collect();
+    let (allotment, warning) = fit(&known, capacity, target, window, s);
+    let alone = match s.schedule {
+        Schedule::Duet => Vec::new(),
+        Schedule::Blocks => {
+            let part = target / costs.len() as f64;
+            costs
+                .iter()
+                .map(|c| c.map_or(allotment, |c| fit(&[c], capacity, part, window, s).0))
+                .collect()
+        }
+    };
+    (allotment, warning, alone)
+}
+
 /// The allotment that keeps arms of busy costs `costs` (rationed alike, in
-/// the same windows) saturated under a generator of `capacity` conn/s, and
-/// gives the gate its connections per `window` from the costliest of them.
+/// the same windows) saturated under a generator of `capacity` conn/s that
+/// they drive to `target` of it, and gives the gate its connections per
+/// `window` from the costliest of them.
 /// A probe whose connections stalled (a listen backlog overflowing into SYN
 /// retransmits, seen with 1024 in flight) reads a tiny capacity; the share
 /// is then raised to what the gate needs, and that is said.
 fn fit(
     costs: &[f64],
     capacity: f64,
+    target: f64,
     window: Duration,
     s: &TrialSettings,
 ) -> (Allotment, Option<String>) {
-    let (allotment, warning) = ration::size(
-        costs,
-        capacity,
-        s.connections as f64,
-        s.saturation.generator_target,
-    );
+    let (allotment, warning) = ration::size(costs, capacity, s.connections as f64, target);
     let costliest = costs.iter().copied().fold(0.0, f64::max);
     let needed = 1.5 * s.gate.min_completed as f64 * costliest / window.as_nanos() as f64;
     if allotment.share() >= needed {
@@ -248,17 +264,25 @@ mod tests {
     }
 
     #[test]
-    fn alone_each_arm_gets_the_share_that_keeps_the_generator_at_its_target() {
-        let s = TrialSettings::from_config(&Config::default(), vec![0]);
+    fn alone_each_arm_drives_its_part_of_the_target_as_it_would_in_a_duet() {
+        let mut s = TrialSettings::from_config(&Config::default(), vec![0]);
         let capacity = 30_000.0;
         let drives = |a: Allotment, cost: f64| a.share() * 1e9 / cost / capacity;
-        for cost in [7_000.0, 20_000.0] {
-            let (a, _) = fit(&[cost], capacity, s.window, &s);
-            assert!((drives(a, cost) - 0.65).abs() < 0.01, "{cost}: {a:?}");
+        let costs = [Some(7_000.0), Some(20_000.0), Some(12_000.0)];
+        // Together, the same share for every arm: the arms drive the target.
+        let (duet, _, alone) = allot(&costs, capacity, s.duet.window, &s);
+        assert!(alone.is_empty());
+        let together: f64 = costs.iter().flatten().map(|&c| drives(duet, c)).sum();
+        assert!((together - 0.65).abs() < 0.01, "{duet:?}");
+        // Alone, each drives a third of it, costly or cheap.
+        s.schedule = Schedule::Blocks;
+        let (_, _, alone) = allot(&costs, capacity, s.window, &s);
+        for (a, c) in alone.iter().zip(costs.iter().flatten()) {
+            assert!((drives(*a, *c) - 0.65 / 3.0).abs() < 0.005, "{c}: {a:?}");
         }
-        // Together, the same share for both: the pair drives the target.
-        let (both, _) = fit(&[7_000.0, 20_000.0], capacity, s.window, &s);
-        let pair = drives(both, 7_000.0) + drives(both, 20_000.0);
-        assert!((pair - 0.65).abs() < 0.01, "{both:?}");
+        // An arm the probe could not cost keeps the shared allotment.
+        let (shared, _, alone) = allot(&[Some(7_000.0), None], capacity, s.window, &s);
+        assert_eq!(alone[1], shared);
+        assert!((drives(alone[0], 7_000.0) - 0.65 / 2.0).abs() < 0.005);
     }
 }

@@ -176,7 +176,7 @@ impl RegimeRecord {
                 })
                 .collect();
             return format!(
-                "saturated: each arm alone rationed so that it keeps the generator at its target: {}{}",
+                "saturated: each arm alone rationed so that it drives its part of the generator's target, as in a duet: {}{}",
                 each.join(", "),
                 self.generator_capacity_cps
                     .map(|g| format!("; generator capacity about {g:.0} conn/s"))
