@@ -69,7 +69,9 @@ impl Phase {
 /// The settings and the number of samples of a phase's measurement: the
 /// configured schedule and `samples` to measure or extend; for a
 /// confirmation, each server alone (blocks) in windows as long as the duet's,
-/// the fewest blocks that give an interval.
+/// the fewest blocks that give an interval, and served at its duet rate:
+/// blocks give each arm its part of the generator's target, and the duet
+/// that decided had the control as a third arm.
 pub fn phase_settings(
     phase: Phase,
     settings: &TrialSettings,
@@ -85,6 +87,7 @@ pub fn phase_settings(
             alone.schedule = Schedule::Blocks;
             alone.window = settings.duet.window;
             alone.warmup = settings.warmup.min(Duration::from_millis(500));
+            alone.saturation.generator_target *= JUDGED.len() as f64 / (CONTROL + 1) as f64;
             (alone, stats::MIN_SAMPLES)
         }
     }
@@ -290,4 +293,27 @@ fn measure_and_decide(
         samples,
     });
     Ok(j)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn a_confirmation_serves_each_arm_at_the_rate_of_the_duet_that_decided() {
+        let duet = TrialSettings::from_config(&Config::default(), vec![0]);
+        let (alone, _) = phase_settings(Phase::Confirming, &duet, 12);
+        assert_eq!(alone.schedule, Schedule::Blocks);
+        // The duet's three arms share the target; alone, each of two arms
+        // drives its half of the confirmation's.
+        let per_arm_in_duet = duet.saturation.generator_target / 3.0;
+        let per_arm_alone = alone.saturation.generator_target / 2.0;
+        assert!((per_arm_alone - per_arm_in_duet).abs() < 1e-12);
+        let (measuring, _) = phase_settings(Phase::Measuring, &duet, 12);
+        assert_eq!(
+            measuring.saturation.generator_target,
+            duet.saturation.generator_target
+        );
+    }
 }
