@@ -225,17 +225,16 @@ pub fn size(
         .min(0.9 / arms)
         .max(1e-4);
     let cheapest = costs_ns.iter().copied().fold(f64::INFINITY, f64::min);
-    let backlog_us = in_flight * cheapest / 1e3 / 2.0;
-    let quota_us = (backlog_us as u64).clamp(MIN_QUOTA_US, MAX_QUOTA_US);
+    let backlog_us = in_flight * cheapest / 1e3;
+    let quota_us = ((backlog_us / 2.0) as u64).clamp(MIN_QUOTA_US, MAX_QUOTA_US);
     let period_us = ((quota_us as f64 / share) as u64).clamp(quota_us, MAX_PERIOD_US);
     let quota_us = quota_us.min(period_us);
     let mut warning = None;
-    if 2.0 * backlog_us < MIN_QUOTA_US as f64 {
+    if backlog_us < MIN_QUOTA_US as f64 {
         warning = Some(format!(
             "{in_flight:.0} connections in flight per arm at {cheapest:.0} ns each hold a backlog \
-             of {:.0} us, under the kernel's 1 ms minimum quota: the cheapest arm will drain it \
-             and sleep; raise load.connections",
-            2.0 * backlog_us
+             of {backlog_us:.0} us, under the kernel's 1 ms minimum quota: the cheapest arm will \
+             drain it and sleep; raise load.connections"
         ));
     }
     (
