@@ -1,5 +1,5 @@
 //! The search on a real run in the saturated regime at a 5% threshold: a
-//! fixture server with three independent planted savings of about 3% each.
+//! fixture server with three independent planted savings of 2-4% each.
 //! None clears the line alone, so a greedy climb keeps none of them; the loop
 //! keeps them together, through a stack of the promising attempts (and a
 //! retry where a measurement left one out).
@@ -21,14 +21,17 @@ use std::process::Output;
 /// Each planted cost, in per mille of the server's own CPU time per
 /// connection (measured by the server itself as it runs), so that each
 /// saving is the same share on any CPU: 33 per mille of own work measured
-/// 2.0% to 3.4% of the whole (20 measured 1.5% to 1.9%), so 40 is about
-/// 2.8%, the three together about 8%. A saving is promising when its
-/// interval clears 1 (a measured gain above about 2.2 standard errors) and
-/// kept alone only if it measures under the 5% line: 2.8% is as far from
-/// either as these samples can make it. At 33 per mille one saving of three
-/// measured 0.979 [0.957, 1.002] in 12 samples: a discard, so no stack of
-/// all three, and the stack of the other two (0.964) fell short of the line.
-const EXTRA_PER_MILLE: u64 = 40;
+/// 2.0% to 3.4% of the whole (20 measured 1.5% to 1.9%), and 40 measured
+/// 2.3% to 5.2% (2026-12-04: twice the first saving, 0.948 [0.940, 0.959]
+/// and 0.949 [0.942, 0.961], cleared the 5% line alone and was kept, while
+/// the others measured 0.959-0.977). So 32: about 1.9% to 4.2%. A saving is
+/// promising when its interval clears 1 (a measured gain above about 2.2
+/// standard errors, about 1% in 40 samples) and kept alone only if it
+/// measures beyond the 5% line. At 33 per mille in 12 samples one saving of
+/// three measured 0.979 [0.957, 1.002]: a discard, so no stack of all
+/// three, and the stack of the other two (0.964) fell short of the line;
+/// 40 samples now tell such a saving from 1.
+const EXTRA_PER_MILLE: u64 = 32;
 
 /// Saturated, at 5%, with windows short enough for a test.
 const SATURATED: &str = r#"
@@ -208,7 +211,7 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
         })
         .collect();
     let context = format!("{summary:#?}\n{}", show(&out));
-    // Each saving is worth about 3%: the agent measures all three first,
+    // Each saving is worth 2-4%: the agent measures all three first,
     // and none of them alone clears the 5% line on the start (a measurement
     // may call one promising or, with its interval touching 1, a discard).
     for x in &a[..3] {
