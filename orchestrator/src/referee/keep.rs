@@ -117,6 +117,10 @@ impl Tail {
     }
 }
 
+/// Why a duet keep does not stand alone: alone the candidate is credibly
+/// costlier than the duet said and short of the line, so its gain came from
+/// its neighbours. Both conditions, so a large gain that the duet merely
+/// overstates still stands.
 pub fn unconfirmed(duet_median: f64, alone: &Comparison, threshold: f64) -> Option<String> {
     let [lo, hi] = match (alone.verdict, alone.ratio_ci95) {
         (Verdict::Invalid, _) | (_, None) => {
