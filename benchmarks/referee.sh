@@ -4,7 +4,7 @@
 # nothing here is timed in a test. Writes every JSON document to
 # results/benchmarks/<stamp>/ and prints the summary of summarize.py.
 #
-#   benchmarks/referee.sh [aa|planted|agreement|regime|schedules|manycore|all] [RUN_ID]
+#   benchmarks/referee.sh [aa|planted|agreement|regime|schedules|inflight|manycore|all] [RUN_ID]
 #
 # aa         20 A/A compares of the vanilla treatment (13 windows each, the
 #            loop's sample count at this machine's spread)
@@ -20,6 +20,10 @@
 # schedules  the same three arms, duet (12 windows) and blocks (6) alternated
 #            in SCHEDULE_PAIRS pairs (default 6): the paired gap between the
 #            schedules, free of the drift between measurements
+# inflight   the same three arms at 32, 256 and 512 connections in flight at
+#            each server, 12 windows each, in INFLIGHT_ROUNDS rounds (default
+#            4) whose order rotates: the paired gaps against 256, free of the
+#            drift between measurements
 # manycore   what a machine whose generator saturates the SUT core by itself
 #            gets: the fixture made slow (40 us of busy-wait per connection)
 #            against a copy 10% dearer, with and without rationing, each
@@ -119,6 +123,16 @@ if [[ $what == schedules || $what == all ]]; then
     for s in "${order[@]}"; do
       n=12; [[ $s == blocks ]] && n=6
       $R compare "${arms[@]}" --schedule $s --blocks $n --json > "$out/schedules-$i-$s.json"
+    done
+  done
+fi
+if [[ $what == inflight || $what == all ]]; then
+  [[ -n ${arms[*]:-} ]] || three_arms
+  counts=(32 256 512)
+  for i in $(seq 1 "${INFLIGHT_ROUNDS:-4}"); do
+    for k in 0 1 2; do
+      c=${counts[$(( (i + k) % 3 ))]}
+      $R compare "${arms[@]}" --blocks 12 --connections "$c" --json > "$out/inflight-$i-$c.json"
     done
   done
 fi

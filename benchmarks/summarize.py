@@ -231,12 +231,52 @@ def schedules(folder):
                 cells.append(f"{label} duet {x:.3f} blocks {y:.3f}")
         print(f"  {name.replace('schedules-', '').replace('-duet.json', '')}: " + "; ".join(cells))
     for label, g in gaps.items():
-        if len(g) < 2:
-            continue
-        m, se = st.mean(g), st.stdev(g) / math.sqrt(len(g))
-        t = T975[min(len(g) - 1, 20)]
-        print(f"  {label}: duet / blocks {math.exp(m):.3f} [{math.exp(m - t * se):.3f}, "
-              f"{math.exp(m + t * se):.3f}] (95%, t over {len(g)} pairs)")
+        if len(g) >= 2:
+            print(f"  {label}: duet / blocks {t_interval(g)} (95%, t over {len(g)} pairs)")
+
+
+def t_interval(logs):
+    """Mean of paired log gaps and its 95% t interval, as ratios."""
+    m, se = st.mean(logs), st.stdev(logs) / math.sqrt(len(logs))
+    t = T975[min(len(logs) - 1, 20)]
+    return f"{math.exp(m):.3f} [{math.exp(m - t * se):.3f}, {math.exp(m + t * se):.3f}]"
+
+
+def inflight(folder):
+    """Paired gaps between connection counts, each against 256 measured in
+    the same round, minutes apart at most."""
+    runs = load(folder, "inflight-*.json")
+    if not runs:
+        return
+    by = {}
+    for name, d in runs:
+        _, r, c = name[:-5].split("-")
+        by.setdefault(int(r), {})[int(c)] = d
+    print(f"\nconnections in flight at each server, {len(by)} rotated rounds of 12 windows, "
+          "ratios to vanilla (a count whose arms switched more than 0.1 times per connection "
+          "or left samples unscored was not kept busy):")
+    gaps = {}
+    for r in sorted(by):
+        cells = []
+        for c, d in sorted(by[r].items()):
+            arms = d["arms"]
+            cs = ", ".join(f"{(a['context_switches_per_connection'] or 0):.2f}" for a in arms)
+            unscored = sum(a.get("unsaturated_samples") or 0 for a in arms)
+            ratios_ = [x["ratio_median"] for x in d["comparisons"][:2]]
+            shown = ", ".join("none" if x is None else f"{x:.3f}" for x in ratios_)
+            cells.append(f"{c}: {shown} (cs/conn {cs}; {unscored} unscored)")
+        print(f"  round {r}: " + "; ".join(cells))
+        base = by[r].get(256)
+        for c, d in by[r].items():
+            if c == 256 or base is None:
+                continue
+            for i, label in enumerate(["peer", "control"]):
+                x, y = d["comparisons"][i]["ratio_median"], base["comparisons"][i]["ratio_median"]
+                if x and y:
+                    gaps.setdefault((c, label), []).append(math.log(x / y))
+    for (c, label), g in sorted(gaps.items()):
+        if len(g) >= 2:
+            print(f"  {label}: {c} / 256 in flight {t_interval(g)} (95%, t over {len(g)} rounds)")
 
 
 def manycore(folder):
@@ -266,4 +306,5 @@ if __name__ == "__main__":
     agreement(folder)
     regime(folder)
     schedules(folder)
+    inflight(folder)
     manycore(folder)
