@@ -445,6 +445,57 @@ fn the_treatment_is_measured_saturated_with_generator_headroom() {
     }
 }
 
+/// With many connections in flight a server's start-up (its first burst of
+/// arrivals, its per-connection state faulted in) lasts long on the probe's
+/// small allotment. The probe must read past it: its generator capacity is
+/// what the generator then did in the measurement, and the measurement is
+/// saturated. Three arms, as the loop measures: read during start-up, the
+/// probe of three servers at 512 each (two ran fine) came out at 207-315
+/// conn/s against 43,000 and the measurement ran with the generator 98% busy.
+#[test]
+fn the_probe_reads_steady_costs_with_many_connections_in_flight() {
+    let _g = exclusive();
+    let out = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(repo_root().join("harness.toml"))
+        .args([
+            "compare",
+            "treatment",
+            "treatment",
+            "control",
+            "--connections",
+            "512",
+            "--blocks",
+            "6",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let regime = &report["regime"];
+    let probed = regime["generator_capacity_cps"].as_f64().unwrap();
+    let busy = arm(&report, 0)["generator_busy"].as_f64().unwrap();
+    let served: f64 = (0..3)
+        .map(|i| arm(&report, i)["throughput_cps"].as_f64().unwrap())
+        .sum();
+    let did = served / busy;
+    assert!(
+        probed > 0.6 * did && probed < 1.6 * did,
+        "probed {probed:.0} conn/s, the generator did {did:.0}: {regime}"
+    );
+    let treatment = arm(&report, 0);
+    let cs = treatment["context_switches_per_connection"]
+        .as_f64()
+        .unwrap();
+    assert!(cs <= 0.1, "{cs} context switches per connection: {report}");
+    assert!(busy < 0.9, "generator {busy} busy: {report}");
+}
+
 /// An A/A comparison must never promote and must land near 1. It is not
 /// asserted to be `same`: a 95% interval leaves out 1 in about one A/A run in
 /// twenty by construction, and `worse` asks for no minimum effect, so such a

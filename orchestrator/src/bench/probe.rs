@@ -46,8 +46,19 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
     let load = LoadGen::start(s.load_spec(&ports))?;
     load.set_live(&servers.iter().map(Option::is_some).collect::<Vec<_>>());
     load.set_active(EVERY_TARGET);
-    std::thread::sleep(Duration::from_millis(300));
-    interrupt::check()?;
+    let warm = Instant::now();
+    let turned_over = loop {
+        std::thread::sleep(Duration::from_millis(20));
+        interrupt::check()?;
+        let completed: Vec<Option<u64>> = (0..arms.len())
+            .map(|i| servers[i].as_ref().map(|_| load.snapshot(i).completed))
+            .collect();
+        match warmed(&completed, s.connections as u64, warm.elapsed()) {
+            Some(turned_over) => break turned_over,
+            None => continue,
+        }
+    };
+    let warmup = warm.elapsed();
     let read = |servers: &mut Vec<Option<RunningServer>>| -> Vec<Option<u64>> {
         servers
             .iter_mut()
@@ -86,6 +97,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
             alone: Vec::new(),
             probe_costs: costs,
             generator_capacity_cps: None,
+            probe_warmup_ms: Some(warmup.as_millis() as u64),
             warning: Some(
                 "the probe served no connection: every arm keeps the probe's own allotment".into(),
             ),
@@ -97,14 +109,61 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         Schedule::Blocks => s.window,
     };
     let (allotment, warning, alone) = allot(&costs, capacity, window, s);
+    let start_up = (!turned_over).then(|| {
+        format!(
+            "after {:.1} s of probing an arm had not yet served its {} connections {WARM_TURNOVERS} times over: \
+             the probe may have read its start-up, not its steady cost",
+            warmup.as_secs_f64(),
+            s.connections
+        )
+    });
     Ok(RegimeRecord {
         regime: Regime::Saturated,
         allotment: Some(allotment),
         alone,
         probe_costs: costs,
         generator_capacity_cps: Some(capacity),
-        warning,
+        probe_warmup_ms: Some(warmup.as_millis() as u64),
+        warning: match (start_up, warning) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        },
     })
+}
+
+/// The least the probe warms up before it reads, and the most it waits for
+/// every arm to have turned its backlog over.
+const PROBE_WARMUP: Duration = Duration::from_millis(300);
+const PROBE_WARMUP_MAX: Duration = Duration::from_secs(5);
+/// How many times over each arm serves its backlog before the probe reads.
+/// A server's first connections cost many times its steady ones (its first
+/// burst of arrivals, its per-connection state allocated and faulted in),
+/// and on the probe's small allotment they last: with 512 connections at
+/// each of three servers a fixed 300 ms warm-up read costs 5 to 12 times
+/// the steady ones and a generator capacity of 207-315 conn/s against
+/// 43,000, so the measurement was sized far too large and ran unsaturated
+/// (0.5-0.8 context switches per connection); 2 s read 43,000 and the
+/// measurement switched 0.01-0.03 times.
+const WARM_TURNOVERS: u64 = 2;
+
+/// Whether the probe may start reading, after `waited`, with each arm's
+/// connections completed so far (None: an arm whose server did not start)
+/// and `backlog` connections at each: `Some(true)` once every arm has served
+/// its backlog [`WARM_TURNOVERS`] times over, `Some(false)` when
+/// [`PROBE_WARMUP_MAX`] passed first.
+fn warmed(completed: &[Option<u64>], backlog: u64, waited: Duration) -> Option<bool> {
+    let turned_over = completed
+        .iter()
+        .flatten()
+        .all(|&c| c >= WARM_TURNOVERS * backlog);
+    match (
+        turned_over && waited >= PROBE_WARMUP,
+        waited >= PROBE_WARMUP_MAX,
+    ) {
+        (true, _) => Some(true),
+        (false, true) => Some(false),
+        (false, false) => None,
+    }
 }
 
 /// How far apart in time the probes are that [`settle`] compares.
@@ -205,9 +264,9 @@ fn allot(
 /// the same windows) saturated under a generator of `capacity` conn/s that
 /// they drive to `target` of it, and gives the gate its connections per
 /// `window` from the costliest of them.
-/// A probe whose connections stalled (a listen backlog overflowing into SYN
-/// retransmits, seen with 1024 in flight) reads a tiny capacity; the share
-/// is then raised to what the gate needs, and that is said.
+/// A probe that still reads a tiny capacity (a host in a slow spell, see
+/// [`settle`]) would size a share too small for the gate; the share is then
+/// raised to what the gate needs, and that is said.
 fn fit(
     costs: &[f64],
     capacity: f64,
@@ -261,6 +320,23 @@ mod tests {
         let mut raised = vec![at(0, 30_000.0), at(10, 30_000.0)];
         raised[1].2 = true;
         assert!(!settled(&raised));
+    }
+
+    #[test]
+    fn the_probe_reads_once_every_live_arm_has_served_its_backlog_twice_over() {
+        let ms = Duration::from_millis;
+        // Never before the least warm-up, however fast the arms.
+        assert_eq!(warmed(&[Some(5_000), Some(5_000)], 512, ms(100)), None);
+        // One arm still in its start-up: wait.
+        assert_eq!(warmed(&[Some(5_000), Some(900)], 512, ms(800)), None);
+        assert_eq!(
+            warmed(&[Some(5_000), Some(1_024)], 512, ms(800)),
+            Some(true)
+        );
+        // An arm whose server never started does not hold the probe up.
+        assert_eq!(warmed(&[Some(1_024), None], 512, ms(300)), Some(true));
+        // Nor does one that never turns over, past the bound: said.
+        assert_eq!(warmed(&[Some(1_024), Some(3)], 512, ms(5_000)), Some(false));
     }
 
     #[test]
