@@ -142,7 +142,7 @@ pub struct RegimeRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generator_capacity_cps: Option<f64>,
     /// How long the probe ran before it read: until every arm had served
-    /// its backlog twice over (`bench/probe.rs`).
+    /// its backlog four times over (`bench/probe.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_warmup_ms: Option<u64>,
     /// Why this measurement may not be in the saturated regime.
