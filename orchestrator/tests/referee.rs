@@ -405,23 +405,15 @@ fn alone_every_arm_keeps_the_generator_equally_busy() {
     );
 }
 
-/// The regime the referee promises: the treatment has work all the time
-/// (next to no context switches per connection) and the generator keeps
-/// headroom, in one `compare --json`.
-#[test]
-fn the_treatment_is_measured_saturated_with_generator_headroom() {
-    let _g = exclusive();
+/// `ratchet compare ARGS --json` on the repository's own harness.toml: the
+/// defaults a user gets, not the tests' quick settings.
+fn compare_at_defaults(args: &[&str]) -> Value {
     let out = std::process::Command::new(ratchet())
         .arg("--config")
         .arg(repo_root().join("harness.toml"))
-        .args([
-            "compare",
-            "treatment",
-            "treatment",
-            "--blocks",
-            "6",
-            "--json",
-        ])
+        .arg("compare")
+        .args(args)
+        .arg("--json")
         .output()
         .unwrap();
     assert!(
@@ -429,7 +421,16 @@ fn the_treatment_is_measured_saturated_with_generator_headroom() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The regime the referee promises: the treatment has work all the time
+/// (next to no context switches per connection) and the generator keeps
+/// headroom, in one `compare --json`.
+#[test]
+fn the_treatment_is_measured_saturated_with_generator_headroom() {
+    let _g = exclusive();
+    let report = compare_at_defaults(&["treatment", "treatment", "--blocks", "6"]);
     assert_eq!(report["regime"]["regime"], "saturated", "{report}");
     assert!(report["regime"].get("warning").is_none(), "{report}");
     for i in 0..2 {
@@ -455,28 +456,15 @@ fn the_treatment_is_measured_saturated_with_generator_headroom() {
 #[test]
 fn the_probe_reads_steady_costs_with_many_connections_in_flight() {
     let _g = exclusive();
-    let out = std::process::Command::new(ratchet())
-        .arg("--config")
-        .arg(repo_root().join("harness.toml"))
-        .args([
-            "compare",
-            "treatment",
-            "treatment",
-            "control",
-            "--connections",
-            "512",
-            "--blocks",
-            "6",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = compare_at_defaults(&[
+        "treatment",
+        "treatment",
+        "control",
+        "--connections",
+        "512",
+        "--blocks",
+        "6",
+    ]);
     let regime = &report["regime"];
     let probed = regime["generator_capacity_cps"].as_f64().unwrap();
     let busy = arm(&report, 0)["generator_busy"].as_f64().unwrap();
