@@ -52,6 +52,11 @@ def ratios(doc, arm, base=0):
             if a["cost_per_connection"] and b["cost_per_connection"]]
 
 
+def switches(arms, digits=3):
+    """Each arm's context switches per connection, for a summary line."""
+    return ", ".join(f"{(a['context_switches_per_connection'] or 0):.{digits}f}" for a in arms)
+
+
 def cv(xs):
     return st.stdev(xs) / st.mean(xs)
 
@@ -181,7 +186,7 @@ def regime(folder):
             lo, hi = c["ratio_ci95"] or (float("nan"), float("nan"))
             spread = f"cv {c['ratio_cv'] * 100:.1f}%" if c["ratio_cv"] is not None else "no cv"
             cells.append(f"{label} {c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] {spread}")
-        cs = ", ".join(f"{(a['context_switches_per_connection'] or 0):.3f}" for a in arms)
+        cs = switches(arms)
         unsat = ", ".join(str(a.get("unsaturated_samples", 0)) for a in arms)
         reg = d.get("regime", {})
         allot = reg.get("allotment")
@@ -260,7 +265,7 @@ def inflight(folder):
         cells = []
         for c, d in sorted(by[r].items()):
             arms = d["arms"]
-            cs = ", ".join(f"{(a['context_switches_per_connection'] or 0):.2f}" for a in arms)
+            cs = switches(arms, 2)
             unscored = sum(a.get("unsaturated_samples") or 0 for a in arms)
             ratios_ = [x["ratio_median"] for x in d["comparisons"][:2]]
             shown = ", ".join("none" if x is None else f"{x:.3f}" for x in ratios_)
@@ -293,7 +298,7 @@ def manycore(folder):
         else:
             lo, hi = c["ratio_ci95"]
             cell = f"{c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] cv {c['ratio_cv'] * 100:.1f}%"
-        cs = ", ".join(f"{(a['context_switches_per_connection'] or 0):.3f}" for a in arms)
+        cs = switches(arms)
         busy = ", ".join(f"{a['sut_busy']:.2f}" for a in arms)
         print(f"  {name.replace('manycore-', '').replace('.json', '')}: {cell}; cs/conn {cs}; "
               f"sut busy {busy}; gen busy {arms[0]['generator_busy'] * 100:.0f}%")

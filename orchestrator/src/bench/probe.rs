@@ -53,9 +53,8 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         let completed: Vec<Option<u64>> = (0..arms.len())
             .map(|i| servers[i].as_ref().map(|_| load.snapshot(i).completed))
             .collect();
-        match warmed(&completed, s.connections as u64, warm.elapsed()) {
-            Some(turned_over) => break turned_over,
-            None => continue,
+        if let Some(turned_over) = warmed(&completed, s.connections as u64, warm.elapsed()) {
+            break turned_over;
         }
     };
     let warmup = warm.elapsed();
