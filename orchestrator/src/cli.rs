@@ -50,6 +50,9 @@ enum Command {
     Ablate(AblateArgs),
     /// Cost, throughput and p99 latency against connections in flight, per arm.
     Sweep(SweepArgs),
+    /// Inside an emulated guest: measure the plan the host wrote (internal).
+    #[command(hide = true)]
+    Guest { plan: PathBuf },
 }
 
 #[derive(Args)]
@@ -168,6 +171,30 @@ struct TrialArgs {
     /// The unscored warm-up of each trial, in ms.
     #[arg(long)]
     warmup_ms: Option<u64>,
+    /// What to count (overrides meter.event): auto, instructions (the
+    /// hardware PMU), emulated (instructions in an emulated guest) or
+    /// task-clock.
+    #[arg(long, value_parser = ["auto", "instructions", "emulated", "task-clock"])]
+    meter: Option<String>,
+}
+
+impl TrialArgs {
+    fn apply(&self, config: &mut Config) -> Result<()> {
+        if let Some(b) = self.blocks {
+            config.compare.blocks = b;
+        }
+        if let Some(w) = self.window_ms {
+            config.trial.window_ms = w;
+            config.duet.window_ms = w;
+        }
+        if let Some(w) = self.warmup_ms {
+            config.trial.warmup_ms = w;
+        }
+        if let Some(m) = &self.meter {
+            config.meter.event = serde_json::from_value(serde_json::Value::String(m.clone()))?;
+        }
+        Ok(())
+    }
 }
 
 /// Measurement settings that override harness.toml for one command.
@@ -192,16 +219,7 @@ impl MeasureArgs {
     /// Applies the overrides and re-validates, so a bad flag gets the same
     /// clear error as a bad field.
     fn apply(&self, mut config: Config) -> Result<Config> {
-        if let Some(b) = self.trial.blocks {
-            config.compare.blocks = b;
-        }
-        if let Some(w) = self.trial.window_ms {
-            config.trial.window_ms = w;
-            config.duet.window_ms = w;
-        }
-        if let Some(w) = self.trial.warmup_ms {
-            config.trial.warmup_ms = w;
-        }
+        self.trial.apply(&mut config)?;
         if let Some(c) = self.connections {
             config.load.connections = c;
         }
@@ -592,5 +610,6 @@ pub fn dispatch(cli: &Cli) -> Result<()> {
         Command::Replay(args) => replay(cli, args),
         Command::Ablate(args) => ablate(cli, args),
         Command::Sweep(args) => sweep(cli, args),
+        Command::Guest { plan } => crate::bench::emulated::guest::run(plan),
     }
 }

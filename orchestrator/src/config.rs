@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 use crate::bench::contract::Contract;
+use crate::bench::emulated::EmulatorConfig;
 use crate::bench::ration::SaturationConfig;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -22,6 +23,7 @@ pub struct Config {
     pub compare: CompareConfig,
     pub duet: DuetConfig,
     pub saturation: SaturationConfig,
+    pub emulator: EmulatorConfig,
     pub build: BuildConfig,
     pub paths: PathsConfig,
     pub run: RunConfig,
@@ -188,6 +190,7 @@ impl Default for GateConfig {
 pub enum MeterChoice {
     Auto,
     Instructions,
+    Emulated,
     TaskClock,
 }
 
@@ -417,6 +420,22 @@ impl Config {
             0.0,
             1.0,
         )?;
+        let e = &self.emulator;
+        range("emulator.vcpus", e.vcpus as f64, 2.0, 64.0)?;
+        range("emulator.memory_mb", e.memory_mb as f64, 256.0, 65536.0)?;
+        range("emulator.window_ms", e.window_ms as f64, 10.0, 600_000.0)?;
+        range("emulator.warmup_ms", e.warmup_ms as f64, 0.0, 600_000.0)?;
+        range("emulator.server_share", e.server_share, 0.001, 1.0)?;
+        range("emulator.connections", e.connections as f64, 1.0, 65536.0)?;
+        // The kernel's bounds on a bandwidth quota.
+        range("emulator.quota_us", e.quota_us as f64, 1000.0, 1_000_000.0)?;
+        range(
+            "emulator.boot_timeout_s",
+            e.boot_timeout_s as f64,
+            1.0,
+            86_400.0,
+        )?;
+        range("emulator.timeout_s", e.timeout_s as f64, 1.0, 86_400.0)?;
         // Fewer samples give no interval with a stated coverage (see stats).
         range("compare.blocks", self.compare.blocks as f64, 6.0, 1000.0)?;
         range(

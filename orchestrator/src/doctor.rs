@@ -29,6 +29,44 @@ fn read(path: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// Whether the emulated meter works here, how fast, and what is missing:
+/// a guest boots and runs the calibration loop, which must be counted to
+/// the instruction.
+fn emulated_meter(config: &Config) -> Check {
+    use crate::bench::emulated::{calibrate, Emulator};
+    const TURNS: u64 = 100_000;
+    let e = match Emulator::locate(&config.emulator) {
+        Ok(e) => e,
+        Err(e) => return check(false, "emulated meter", format!("unavailable: {e:#}")),
+    };
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            return check(
+                false,
+                "emulated meter",
+                format!("no temporary directory: {e}"),
+            )
+        }
+    };
+    match calibrate::calibrate(&e, TURNS, dir.path()) {
+        Ok(c) => check(
+            c.exact(),
+            "emulated meter",
+            format!(
+                "{}; a loop of {} instructions counted {} (least of {:?}); guest booted, ran and powered off in {:.1} s at {:.0} M emulated instructions/s",
+                if c.exact() { "exact" } else { "NOT exact" },
+                c.expected,
+                c.counted.iter().min().unwrap_or(&0),
+                c.counted,
+                c.wall.as_secs_f64(),
+                c.speed() / 1e6
+            ),
+        ),
+        Err(err) => check(false, "emulated meter", format!("{err:#} ({})", e.describe())),
+    }
+}
+
 const PROBE_SOURCE: &str = include_str!("../probe/uring_probe.c");
 
 /// Compiles and runs the io_uring probe; one check per feature it reports.
@@ -136,7 +174,7 @@ pub fn run(config: &Config) -> Vec<Check> {
                     "1 core: the server and the load generator share it; results are not trustworthy".into()
                 },
             ));
-            match MeterPlan::detect(config.meter.event, sut, cores) {
+            match MeterPlan::detect(config.meter.event, &config.emulator, sut, cores) {
                 Ok(plan) => {
                     checks.push(check(
                         plan.event == crate::bench::meter::MeterEvent::Instructions,
@@ -160,6 +198,7 @@ pub fn run(config: &Config) -> Vec<Check> {
                 }
                 Err(e) => checks.push(check(false, "meter", format!("{e:#}"))),
             }
+            checks.push(emulated_meter(config));
             let containment = crate::bench::cgroup::containment();
             checks.push(check(
                 containment.warning().is_none(),

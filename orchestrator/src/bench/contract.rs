@@ -3,11 +3,11 @@
 //! a sampled or first-and-last-byte check lets extra bytes and a missing FIN
 //! through (see REFERENCE.md, "Weaknesses of that published harness").
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The exact bytes a client sends and the exact bytes the server must return
 /// before closing the connection.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Contract {
     pub request: Vec<u8>,
     pub response: Vec<u8>,

@@ -14,7 +14,15 @@ pub struct Fingerprint {
     pub cores: usize,
     pub sut_core: usize,
     pub meter_event: String,
+    /// `pmu`, `emulated` or `os`; empty in records older than the
+    /// emulated meter (which were `pmu` or `os` by their event).
+    #[serde(default)]
+    pub meter_source: String,
     pub meter_reason: String,
+    /// The emulator, guest kernel and meter plugin that counted, for an
+    /// emulated meter: counts from different ones are never compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulator: Option<String>,
     pub liburing: String,
     pub gcc: String,
     pub go: String,
@@ -80,7 +88,9 @@ pub fn fingerprint(
         cores: plan.cores,
         sut_core: plan.sut_core,
         meter_event: plan.event.name().into(),
+        meter_source: plan.source.name().into(),
         meter_reason: plan.reason.clone(),
+        emulator: plan.emulator.as_ref().map(|e| e.describe()),
         liburing: liburing_version(),
         gcc: first_line("gcc", &["--version"]),
         go: first_line("go", &["version"]),

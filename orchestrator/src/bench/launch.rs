@@ -30,7 +30,7 @@ use crate::bench::secrets;
 pub const CLOSE_WAIT: Duration = Duration::from_millis(50);
 
 /// A runnable server: ratchet appends `--port N`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ServerCommand {
     pub program: PathBuf,
     pub args: Vec<String>,

@@ -13,6 +13,9 @@ use perf_event::events::{Hardware, Software, Tracepoint};
 use perf_event::{Builder, Counter};
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
+use crate::bench::emulated::{Emulator, EmulatorConfig};
 use crate::bench::ration::Throttling;
 use crate::config::MeterChoice;
 
@@ -39,42 +42,117 @@ impl MeterEvent {
     }
 }
 
+/// Where the primary count comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MeterSource {
+    /// The host's hardware counters.
+    Pmu,
+    /// The meter plugin of an emulated guest (see [`crate::bench::emulated`]).
+    Emulated,
+    /// The operating system's software clock.
+    Os,
+}
+
+impl MeterSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            MeterSource::Pmu => "pmu",
+            MeterSource::Emulated => "emulated",
+            MeterSource::Os => "os",
+        }
+    }
+}
+
 /// What the meter will count on this machine, decided once per command.
 #[derive(Clone, Debug)]
 pub struct MeterPlan {
     pub event: MeterEvent,
+    pub source: MeterSource,
     /// Why the event was chosen (shown by `doctor` and recorded in results).
     pub reason: String,
     /// `raw_syscalls:sys_enter` tracepoint id, when tracefs is available.
     pub syscalls_tracepoint: Option<u64>,
     pub sut_core: usize,
     pub cores: usize,
+    /// The emulator, when the source is emulated.
+    pub emulator: Option<Arc<Emulator>>,
 }
 
 impl MeterPlan {
-    pub fn detect(choice: MeterChoice, sut_core: usize, cores: usize) -> Result<Self> {
-        let pmu = probe_instructions();
-        let (event, reason) = match (choice, pmu) {
-            (MeterChoice::TaskClock, _) => (MeterEvent::TaskClock, "forced by meter.event".into()),
-            (MeterChoice::Instructions, Ok(())) | (MeterChoice::Auto, Ok(())) => {
-                (MeterEvent::Instructions, "hardware PMU present".into())
-            }
-            (MeterChoice::Instructions, Err(e)) => bail!(
-                "meter.event = \"instructions\" but hardware instruction counters cannot be opened ({e}); \
-                 this machine has no usable PMU: use \"auto\" or \"task-clock\""
-            ),
-            (MeterChoice::Auto, Err(e)) => (
-                MeterEvent::TaskClock,
-                format!("no hardware PMU ({e}); falling back to task-clock, unit ns"),
-            ),
-        };
-        Ok(Self {
+    pub fn detect(
+        choice: MeterChoice,
+        emulator: &EmulatorConfig,
+        sut_core: usize,
+        cores: usize,
+    ) -> Result<Self> {
+        let plan = |event, source, reason: String, emulator: Option<Emulator>| Self {
             event,
+            source,
             reason,
             syscalls_tracepoint: syscalls_tracepoint_id(),
             sut_core,
             cores,
+            emulator: emulator.map(Arc::new),
+        };
+        let emulated = |e: Emulator, why: &str| {
+            let reason = format!(
+                "{why}: instructions counted in an emulated guest ({})",
+                e.describe()
+            );
+            plan(
+                MeterEvent::Instructions,
+                MeterSource::Emulated,
+                reason,
+                Some(e),
+            )
+        };
+        Ok(match choice {
+            MeterChoice::TaskClock => plan(
+                MeterEvent::TaskClock,
+                MeterSource::Os,
+                "forced by meter.event".into(),
+                None,
+            ),
+            MeterChoice::Instructions => match probe_instructions() {
+                Ok(()) => plan(MeterEvent::Instructions, MeterSource::Pmu, "hardware PMU present".into(), None),
+                Err(e) => bail!(
+                    "meter.event = \"instructions\" but hardware instruction counters cannot be opened ({e}); \
+                     this machine has no usable PMU: use \"auto\", \"emulated\" or \"task-clock\""
+                ),
+            },
+            MeterChoice::Emulated => {
+                let e = Emulator::locate(emulator).context(
+                    "meter.event = \"emulated\" but the emulated meter cannot be set up",
+                )?;
+                emulated(e, "forced by meter.event")
+            }
+            MeterChoice::Auto => match probe_instructions() {
+                Ok(()) => plan(MeterEvent::Instructions, MeterSource::Pmu, "hardware PMU present".into(), None),
+                Err(pmu) => match Emulator::locate(emulator) {
+                    Ok(e) => emulated(e, &format!("no hardware PMU ({pmu})")),
+                    Err(emu) => plan(
+                        MeterEvent::TaskClock,
+                        MeterSource::Os,
+                        format!(
+                            "no hardware PMU ({pmu}) and no emulated meter ({emu:#}); \
+                             falling back to task-clock, unit ns"
+                        ),
+                        None,
+                    ),
+                },
+            },
         })
+    }
+
+    /// The event the host's own counters count: where instructions come
+    /// from an emulated guest, a trial on the host (a smoke run, a profile)
+    /// counts task-clock, and its cost is never a score.
+    pub fn host_event(&self) -> MeterEvent {
+        match self.source {
+            MeterSource::Emulated => MeterEvent::TaskClock,
+            _ => self.event,
+        }
     }
 }
 
@@ -185,7 +263,7 @@ impl ServerCounters {
     /// Opens every counter on `pid`, a child that has not exec'd yet (all
     /// threads, inherited by every thread and process it creates).
     pub fn open(plan: &MeterPlan, pid: i32) -> Result<Self> {
-        let primary = match plan.event {
+        let primary = match plan.host_event() {
             MeterEvent::Instructions => Some(
                 counting(Builder::new(Hardware::INSTRUCTIONS).any_cpu(), pid)
                     .context("opening the instructions counter")?,
@@ -280,6 +358,8 @@ mod tests {
     fn counting_starts_at_exec_not_when_the_counters_open() {
         let plan = MeterPlan {
             event: MeterEvent::TaskClock,
+            source: MeterSource::Os,
+            emulator: None,
             reason: "test".into(),
             syscalls_tracepoint: None,
             sut_core: 0,

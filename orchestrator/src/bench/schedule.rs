@@ -43,6 +43,11 @@ impl Samples {
         settings: &TrialSettings,
         on_step: &mut dyn FnMut(Step<'_>),
     ) -> Result<()> {
+        if let Some(e) = &plan.emulator {
+            return crate::bench::emulated::measure::measure(
+                self, arms, samples, seed, e, settings, on_step,
+            );
+        }
         self.schedule = Some(settings.schedule);
         if self.regime.is_none() {
             self.regime = Some(probe::regime(arms, plan, settings)?);

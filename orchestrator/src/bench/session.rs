@@ -52,7 +52,7 @@ impl Session {
         }
         pin_self(&load_cores);
         let lock = CoreLock::acquire(sut, holder)?;
-        let plan = MeterPlan::detect(config.meter.event, sut, cores)?;
+        let plan = MeterPlan::detect(config.meter.event, &config.emulator, sut, cores)?;
         if plan.event == crate::bench::meter::MeterEvent::TaskClock {
             tracing::info!("meter: {}", plan.reason);
         }

@@ -16,6 +16,7 @@ use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
+use crate::bench::marker::{self, Mark};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::ration::{self, Allotment, SaturationConfig};
@@ -39,6 +40,13 @@ pub struct TrialSettings {
     /// Every server's CPU allotment in the saturated regime, once sized
     /// (see [`crate::bench::ration`]); None: not rationed.
     pub ration: Option<Allotment>,
+    /// Drain the load at both ends of the window, so that the window's
+    /// connections are exactly those it started and every one of them
+    /// completed in it. In the emulated guest, where counts are exact,
+    /// the connections straddling an undrained boundary were most of what
+    /// moved between windows; on the host a drain would idle the server
+    /// in the window it measures.
+    pub drain_windows: bool,
 }
 
 /// How the duet schedule slices its windows (see [`crate::bench::duet`]).
@@ -90,6 +98,7 @@ impl TrialSettings {
             },
             saturation: config.saturation.clone(),
             ration: None,
+            drain_windows: false,
         }
     }
 }
@@ -171,6 +180,26 @@ pub struct Measurement {
     /// nothing is claimed). An unsaturated window is not scored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saturated: Option<bool>,
+    /// Inside the emulated guest: the sequence numbers of the markers that
+    /// opened and closed the window (see [`crate::bench::marker`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<[u64; 2]>,
+    /// In an emulated measurement: the window's instructions by where they
+    /// ran (the cost is the server's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulated: Option<EmulatedCounts>,
+}
+
+/// Instructions executed in the guest during one window, user and kernel.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct EmulatedCounts {
+    /// On the server's vCPU: the cost.
+    pub server: u64,
+    /// On the generator's vCPUs (the load generator and ratchet itself): a
+    /// diagnostic of the client's share.
+    pub generator: u64,
+    /// The whole guest.
+    pub guest: u64,
 }
 
 impl Measurement {
@@ -261,22 +290,37 @@ pub fn run_trial(
     let load = LoadGen::start(s.load_spec(&[port]))?;
     let mut alive = watch(&mut running, s.warmup)?;
 
+    let drain = |load: &LoadGen| {
+        if s.drain_windows {
+            load.quiesce(s.connection_timeout);
+        }
+    };
+    drain(&load);
     load.set_measuring(true);
     let cpu0 = own_cpu();
     let idle0 = procfs::cpu_idle_us(plan.sut_core);
     let ballast0 = ballast_ns();
     let t0 = Instant::now();
     let m0 = running.read()?;
+    let mark0 = marker::mark(Mark::WindowBegin);
     let l0 = load.snapshot(0);
+    load.resume();
     let slices = (s.window.as_millis() / SLICE.as_millis()).max(1) as u32;
     let mut slice_costs = Vec::with_capacity(slices as usize);
     let (mut mp, mut lp) = (m0, l0);
     let mut m1 = m0;
     let mut l1 = l0;
+    let mut mark1 = None;
     for k in 1..=slices {
         let until = s.window * k / slices;
         alive &= watch(&mut running, until.saturating_sub(t0.elapsed()))?;
+        if k == slices {
+            drain(&load);
+        }
         m1 = running.read()?;
+        if k == slices {
+            mark1 = marker::mark(Mark::WindowEnd);
+        }
         l1 = load.snapshot(0);
         let done = l1.completed - lp.completed;
         if done > 0 {
@@ -338,6 +382,7 @@ pub fn run_trial(
         ),
         meter_delta: meter,
         slice_costs,
+        marks: mark0.zip(mark1).map(|(a, b)| [a, b]),
         ..Default::default()
     }
     .with_saturation(&meter, elapsed, s))

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::environment::Fingerprint;
 use crate::bench::gate::{self, GateResult};
-use crate::bench::meter::{MeterEvent, MeterPlan};
+use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
 use crate::bench::ration::RegimeRecord;
 use crate::bench::samples::Samples;
 use crate::bench::trial::{Latency, Measurement};
@@ -225,6 +225,11 @@ impl Comparison {
 pub struct MeterInfo {
     pub event: MeterEvent,
     pub unit: String,
+    /// Where the count came from: the host's PMU, an emulated guest, or
+    /// the operating system's clock. Records older than the emulated meter
+    /// have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<MeterSource>,
 }
 
 /// The document `ratchet compare --json` prints.
@@ -259,6 +264,7 @@ pub fn report(
         meter: MeterInfo {
             event: plan.event,
             unit: plan.event.unit().into(),
+            source: Some(plan.source),
         },
         threshold,
         schedule: samples.schedule.unwrap_or(Schedule::Blocks),

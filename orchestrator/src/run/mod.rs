@@ -306,6 +306,38 @@ fn bar() -> ProgressBar {
     bar
 }
 
+/// A run is judged in one meter from start to end: a count of emulated
+/// instructions and one of task-clock (or of the PMU) are never mixed in
+/// one lineage.
+fn same_meter(
+    recorded: &environment::Fingerprint,
+    plan: &crate::bench::meter::MeterPlan,
+) -> Result<()> {
+    let source = plan.source.name();
+    let recorded_source = match recorded.meter_source.as_str() {
+        // Records from before the emulated meter: the event says which.
+        "" if recorded.meter_event == "instructions" => "pmu",
+        "" => "os",
+        s => s,
+    };
+    if recorded.meter_event != plan.event.name() || recorded_source != source {
+        anyhow::bail!(
+            "it was measured in {} ({}), and this command measures in {} ({}): results from two meters are never mixed; \
+             pass --meter {} to measure as it did",
+            recorded.meter_event,
+            recorded_source,
+            plan.event.name(),
+            source,
+            match recorded_source {
+                "emulated" => "emulated",
+                "pmu" => "instructions",
+                _ => "task-clock",
+            }
+        );
+    }
+    Ok(())
+}
+
 /// Runs the loop, new or resumed. An error is a failure of ratchet itself,
 /// an interrupt, or an [`Undecided`] run, each recorded in `run.json` first.
 pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()> {
@@ -326,6 +358,8 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
     let (journal, run, git, champion, attempts, fresh) = match &options.resume {
         Some(id) => {
             let (journal, run) = Journal::open(&results, id)?;
+            same_meter(&run.fingerprint, &session.plan)
+                .with_context(|| format!("resuming run {id}"))?;
             let git = RunRepo::open(&root, id, &run.worktree)?;
             let attempts = journal.attempts()?;
             let mut champion = journal.champion()?.context("champion.json is missing")?;

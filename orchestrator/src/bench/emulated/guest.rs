@@ -1,0 +1,227 @@
+//! Inside the guest: `ratchet guest PLAN` measures the plan's arms with the
+//! host's own trial, gate, load generator and saturation probe, executing a
+//! marker at both ends of every measured window, and writes what it
+//! measured to the guest's second serial port, which the host reads.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bench::arm::Arm;
+use crate::bench::contract::Contract;
+use crate::bench::launch::{free_port, RunningServer, ServerCommand};
+use crate::bench::marker;
+use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
+use crate::bench::ration::{RegimeRecord, SaturationConfig};
+use crate::bench::samples::Samples;
+use crate::bench::trial::{DuetSettings, TrialSettings};
+use crate::config::{GateConfig, Schedule};
+
+/// Where the guest's init puts the plan, and where ratchet is.
+pub const PLAN_PATH: &str = "/plan.json";
+pub const RATCHET_PATH: &str = "/ratchet";
+/// The guest's second serial port: the channel to the host.
+pub const CHANNEL: &str = "/dev/ttyS1";
+
+/// Everything the guest measures, as the host decided it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GuestPlan {
+    pub arms: Vec<(String, ServerCommand)>,
+    pub samples: usize,
+    pub seed: u64,
+    /// The regime an earlier guest sized, kept for an extension.
+    pub regime: Option<RegimeRecord>,
+    pub settings: GuestSettings,
+    /// Instead of measuring: run the meter's calibration loop of this many
+    /// turns, [`CALIBRATION_REPEATS`] times (see [`marker::counted_loop`]).
+    #[serde(default)]
+    pub calibrate: Option<u64>,
+}
+
+/// Timer interrupts may land in a calibration loop and add to its count;
+/// the least of several repeats is the loop alone.
+pub const CALIBRATION_REPEATS: usize = 5;
+
+/// The host's trial settings in guest time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GuestSettings {
+    pub vcpus: usize,
+    pub warmup_ms: u64,
+    pub window_ms: u64,
+    pub ready_timeout_ms: u64,
+    pub stop_grace_ms: u64,
+    pub connections: usize,
+    pub connection_timeout_ms: u64,
+    pub gate: GateConfig,
+    pub contract: Contract,
+    pub saturation: SaturationConfig,
+}
+
+impl GuestSettings {
+    pub fn trial_settings(&self) -> TrialSettings {
+        let ms = Duration::from_millis;
+        TrialSettings {
+            warmup: ms(self.warmup_ms),
+            window: ms(self.window_ms),
+            ready_timeout: ms(self.ready_timeout_ms),
+            stop_grace: ms(self.stop_grace_ms),
+            connections: self.connections,
+            connection_timeout: ms(self.connection_timeout_ms),
+            load_cores: (0..self.vcpus - 1).collect(),
+            gate: self.gate.clone(),
+            contract: Arc::new(self.contract.clone()),
+            schedule: Schedule::Blocks,
+            duet: DuetSettings {
+                window: ms(self.window_ms),
+                slice: ms(2),
+                windows_per_epoch: 1,
+                shared: false,
+            },
+            saturation: self.saturation.clone(),
+            ration: None,
+            drain_windows: true,
+        }
+    }
+
+    /// The guest's meter: its own software counters, for the gate and the
+    /// saturation checks; the instructions come from the host's plugin.
+    fn meter_plan(&self) -> MeterPlan {
+        MeterPlan {
+            event: MeterEvent::TaskClock,
+            source: MeterSource::Os,
+            reason: "inside the emulated guest".into(),
+            syscalls_tracepoint: crate::bench::meter::syscalls_tracepoint_id(),
+            sut_core: self.vcpus - 1,
+            cores: self.vcpus,
+            emulator: None,
+        }
+    }
+}
+
+/// One line to the host: `KIND payload`.
+fn say(channel: &mut std::fs::File, kind: &str, payload: &str) -> Result<()> {
+    writeln!(channel, "{kind} {payload}").context("writing to the host channel")?;
+    channel.flush()?;
+    Ok(())
+}
+
+/// `ratchet guest PLAN`: measures, reports to [`CHANNEL`], and returns;
+/// the guest's init powers the machine off.
+pub fn run(plan_path: &Path) -> Result<()> {
+    let mut channel = std::fs::OpenOptions::new()
+        .write(true)
+        .open(CHANNEL)
+        .with_context(|| format!("opening {CHANNEL}"))?;
+    let text = std::fs::read_to_string(plan_path)
+        .with_context(|| format!("reading {}", plan_path.display()))?;
+    let plan: GuestPlan =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", plan_path.display()))?;
+    if let Some(n) = plan.calibrate {
+        pin_self(&[0]);
+        marker::enable();
+        // Reported after the loops: a write to the serial port interrupts.
+        let loops: Vec<_> = (0..CALIBRATION_REPEATS)
+            .filter_map(|_| marker::counted_loop(n))
+            .collect();
+        for [b, e] in loops {
+            say(&mut channel, "CALIBRATE", &format!("{b} {e}"))?;
+        }
+        return Ok(());
+    }
+    let result = measure(&plan, &mut channel);
+    match &result {
+        Ok(samples) => say(&mut channel, "RESULT", &serde_json::to_string(samples)?)?,
+        Err(e) => say(&mut channel, "ERROR", &format!("{e:#}").replace('\n', " "))?,
+    }
+    result.map(drop)
+}
+
+fn measure(plan: &GuestPlan, channel: &mut std::fs::File) -> Result<Samples> {
+    let settings = plan.settings.trial_settings();
+    let meter = plan.settings.meter_plan();
+    pin_self(&settings.load_cores);
+    let arms: Vec<Arm> = plan
+        .arms
+        .iter()
+        .map(|(label, command)| Arm {
+            label: label.clone(),
+            command: command.clone(),
+            source_hash: None,
+            binary_hash: None,
+        })
+        .collect();
+    start_each(&arms, &meter, &settings, channel)?;
+    let mut samples = Samples::new(arms.len());
+    samples.regime = plan.regime.clone();
+    marker::enable();
+    let mut progress = |step: crate::bench::samples::Step<'_>| {
+        let _ = say(channel, "STEP", &format!("{} {}", step.block, step.arm));
+    };
+    samples.measure(
+        &arms,
+        plan.samples,
+        plan.seed,
+        &meter,
+        &settings,
+        &mut progress,
+    )?;
+    Ok(samples)
+}
+
+/// Starts and stops every arm alone, announcing each first: the probe
+/// starts them all at once, and a server that brings the guest down as it
+/// starts must be named.
+fn start_each(
+    arms: &[Arm],
+    meter: &MeterPlan,
+    s: &TrialSettings,
+    channel: &mut std::fs::File,
+) -> Result<()> {
+    for arm in arms {
+        say(channel, "STEP", &format!("0 {}", arm.label))?;
+        let port = free_port()?;
+        if let Ok(mut r) = RunningServer::start(&arm.command, port, meter, None) {
+            let _ = r.wait_listening(s.ready_timeout);
+            r.stop(s.stop_grace)?;
+        }
+    }
+    say(channel, "STEP", "0 every arm")
+}
+
+/// The generator's vCPUs only: ratchet's own work never lands on the
+/// server's vCPU, whose instructions are the measurement.
+fn pin_self(cores: &[usize]) {
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cores {
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+}
+
+/// The guest's `/init`: mounts what the trial needs (procfs for the gate,
+/// cgroup2 with the cpu and cpuset controllers for the ration), brings up
+/// loopback, runs ratchet, and powers off whatever happened.
+pub fn init_script() -> String {
+    format!(
+        r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/usr/bin:/sbin:/usr/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mkdir -p /sys/fs/cgroup
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+echo "+cpu +cpuset" > /sys/fs/cgroup/cgroup.subtree_control
+ip link set lo up
+stty -F {CHANNEL} raw -echo
+echo "UP $(cat /proc/sys/kernel/osrelease)" > {CHANNEL}
+{RATCHET_PATH} guest {PLAN_PATH}
+echo "EXIT $?" > {CHANNEL}
+poweroff -f
+"#
+    )
+}

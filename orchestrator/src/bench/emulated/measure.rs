@@ -1,0 +1,424 @@
+//! The host's side of an emulated measurement: the samples are shared out
+//! over guests that run at once, each guest measures every arm in blocks
+//! (a fresh server per trial, a fresh random order per block), and the
+//! server vCPU's instructions in each window, read from the meter plugin,
+//! become that trial's cost per connection.
+//!
+//! A guest that panics, hangs or never boots while an arm runs in it
+//! fails that arm's trials with the reason, and the other arms are measured
+//! again in a fresh guest without it: a server that crashes the guest
+//! kernel is invalid, not a crash of ratchet.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+use super::guest::{self, GuestPlan, GuestSettings};
+use super::image::{self, Image};
+use super::marks::Marks;
+use super::vm::{self, Ending};
+use super::Emulator;
+use crate::bench::arm::Arm;
+use crate::bench::ration::{Allotment, Regime, RegimeRecord};
+use crate::bench::samples::{verify, Samples, Step};
+use crate::bench::trial::{failed_start, EmulatedCounts, Measurement, TrialSettings};
+use crate::config::Schedule;
+
+/// How many guests share `samples`: one per host core unless configured,
+/// and never more than there are samples.
+fn guests(e: &Emulator, samples: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let g = if e.config.guests == 0 {
+        cores
+    } else {
+        e.config.guests
+    };
+    g.clamp(1, samples.max(1))
+}
+
+/// `n` samples shared out over `guests` as evenly as can be.
+pub fn shares(n: usize, guests: usize) -> Vec<usize> {
+    (0..guests)
+        .map(|g| n / guests + usize::from(g < n % guests))
+        .filter(|&k| k > 0)
+        .collect()
+}
+
+/// A guest's seed: QEMU's (the guest kernel's randomness: address-space
+/// layout, TCP sequence numbers, hash seeds) and its block orders. Every
+/// guest of every measurement differs, so samples are perturbed, never
+/// identical repeats.
+fn guest_seed(seed: u64, first_sample: usize, guest: usize) -> u64 {
+    let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for x in [first_sample as u64, guest as u64] {
+        h = (h ^ x).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 31;
+    }
+    h & 0x7fff_ffff
+}
+
+/// The trial settings in guest time, the warm-up perturbed by up to ±5%
+/// per guest.
+pub fn guest_settings(e: &Emulator, s: &TrialSettings, seed: u64) -> GuestSettings {
+    let c = &e.config;
+    let mut saturation = s.saturation.clone();
+    // A spinning ballast would run on the server's vCPU and be counted.
+    saturation.ballast = false;
+    GuestSettings {
+        vcpus: c.vcpus,
+        warmup_ms: c.warmup_ms * (95 + seed % 11) / 100,
+        window_ms: c.window_ms,
+        ready_timeout_ms: s.ready_timeout.as_millis() as u64,
+        stop_grace_ms: s.stop_grace.as_millis() as u64,
+        connections: c.connections,
+        connection_timeout_ms: s.connection_timeout.as_millis() as u64,
+        gate: s.gate.clone(),
+        contract: (*s.contract).clone(),
+        saturation,
+    }
+}
+
+/// The regime of an emulated measurement: every server alone rationed to
+/// `emulator.server_share` of its vCPU. No probe sizes it: the generator
+/// costs six or more times what any server does per connection, so a small
+/// fixed share keeps every server's backlog full (each window's context
+/// switches and throttled periods show it), and guest time the server is
+/// throttled is idle, which the emulator skips at no cost to the host.
+fn regime(e: &Emulator, s: &TrialSettings) -> RegimeRecord {
+    if s.saturation.regime == Regime::Idle {
+        return RegimeRecord::idle("idle regime chosen (saturation.regime = \"idle\")".into());
+    }
+    let quota_us = e.config.quota_us;
+    RegimeRecord {
+        regime: Regime::Saturated,
+        allotment: Some(Allotment {
+            quota_us,
+            period_us: (quota_us as f64 / e.config.server_share).round() as u64,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Measures `n` more samples of every arm in emulated guests.
+pub fn measure(
+    samples: &mut Samples,
+    arms: &[Arm],
+    n: usize,
+    seed: u64,
+    e: &Emulator,
+    settings: &TrialSettings,
+    on_step: &mut dyn FnMut(Step<'_>),
+) -> Result<()> {
+    for arm in arms {
+        verify(arm)?;
+    }
+    samples.schedule = Some(Schedule::Blocks);
+    let first = samples.blocks();
+    let shares = shares(n, guests(e, n));
+    on_step(Step {
+        block: first + 1,
+        blocks: first + n,
+        arm: &format!("every arm, in {} emulated guests", shares.len()),
+        done: 0,
+        so_far: samples,
+    });
+    let work = tempfile::Builder::new()
+        .prefix("ratchet-guests-")
+        .tempdir()
+        .context("creating a directory for the guests")?;
+    if samples.regime.is_none() {
+        samples.regime = Some(regime(e, settings));
+    }
+    let regime = samples.regime.clone();
+    let results: Vec<Result<Samples>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = shares
+            .iter()
+            .enumerate()
+            .map(|(g, &k)| {
+                let dir = work.path().join(format!("guest-{g}"));
+                let regime = regime.clone();
+                let seed = guest_seed(seed, first, g);
+                scope.spawn(move || {
+                    let plan = Job {
+                        e,
+                        arms,
+                        samples: k,
+                        seed,
+                        settings: guest_settings(e, settings, seed),
+                        regime,
+                    };
+                    plan.run(&dir)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a guest thread panicked"))
+            .collect()
+    });
+    for r in results {
+        let got = r?;
+        samples.orders.extend(got.orders);
+        for (arm, trials) in got.trials.into_iter().enumerate() {
+            samples.trials[arm].extend(trials);
+        }
+    }
+    // Kept for a failed guest, or when asked: its console, channel and
+    // plugin output are the evidence.
+    if std::env::var_os("RATCHET_KEEP_GUESTS").is_some()
+        || samples.trials.iter().flatten().any(|m| !m.gate.passed)
+    {
+        let kept = work.keep();
+        eprintln!("ratchet: the guests' files are kept in {}", kept.display());
+    }
+    Ok(())
+}
+
+/// One guest's share of a measurement.
+struct Job<'a> {
+    e: &'a Emulator,
+    arms: &'a [Arm],
+    samples: usize,
+    seed: u64,
+    settings: GuestSettings,
+    regime: Option<RegimeRecord>,
+}
+
+impl Job<'_> {
+    /// Measures every arm in a guest; an arm that brings the guest down is
+    /// failed and the rest measured again in a fresh guest without it.
+    fn run(&self, dir: &Path) -> Result<Samples> {
+        let mut out = Samples::new(self.arms.len());
+        let mut live: Vec<usize> = (0..self.arms.len()).collect();
+        for attempt in 0.. {
+            let dir = dir.join(format!("attempt-{attempt}"));
+            std::fs::create_dir_all(&dir)?;
+            let initrd = dir.join("initrd.cpio");
+            self.image(&live)?.write(&initrd)?;
+            let run = vm::run(self.e, &dir, &initrd, self.seed)?;
+            if run.ending == Ending::PoweredOff {
+                let got = guest_samples(&run.channel, &run.marks, &run.marks_path, self.e)?;
+                for (j, trials) in got.trials.into_iter().enumerate() {
+                    out.trials[live[j]] = trials;
+                }
+                out.orders = got
+                    .orders
+                    .iter()
+                    .map(|o| {
+                        let mut order: Vec<usize> = o.iter().map(|&j| live[j]).collect();
+                        order.extend((0..self.arms.len()).filter(|i| !live.contains(i)));
+                        order
+                    })
+                    .collect();
+                return Ok(out);
+            }
+            let why = run.ending.describe(self.e);
+            let Some(culprit) = running_arm(&run.channel, self.arms) else {
+                bail!(
+                    "{why}, before any arm ran (console: {})",
+                    dir.join("console.log").display()
+                );
+            };
+            out.trials[culprit] = vec![
+                failed_start(
+                    format!(
+                        "{why} while {} ran in it (console: {})",
+                        self.arms[culprit].label,
+                        dir.join("console.log").display()
+                    ),
+                    &self.settings.gate,
+                );
+                self.samples
+            ];
+            live.retain(|&i| i != culprit);
+            if live.is_empty() {
+                out.orders = vec![(0..self.arms.len()).collect(); self.samples];
+                return Ok(out);
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    fn image(&self, live: &[usize]) -> Result<Image> {
+        let mut img = base_image(self.e)?;
+        for &i in live {
+            for p in programs_of(&self.arms[i]) {
+                img.program(&p)
+                    .with_context(|| format!("putting arm {} in the guest", self.arms[i].label))?;
+            }
+        }
+        let plan = GuestPlan {
+            arms: live
+                .iter()
+                .map(|&i| (self.arms[i].label.clone(), self.arms[i].command.clone()))
+                .collect(),
+            samples: self.samples,
+            seed: self.seed,
+            regime: self.regime.clone(),
+            settings: self.settings.clone(),
+            calibrate: None,
+        };
+        img.bytes(
+            Path::new(guest::PLAN_PATH),
+            serde_json::to_vec(&plan)?,
+            0o644,
+        );
+        Ok(img)
+    }
+}
+
+/// What every guest holds: busybox, its init, and ratchet with the
+/// libraries it loads.
+pub fn base_image(e: &Emulator) -> Result<Image> {
+    let mut img = Image::default();
+    img.file(Path::new("/bin/busybox"), &e.busybox)?;
+    img.bytes(Path::new("/init"), guest::init_script().into_bytes(), 0o755);
+    let ratchet = std::env::current_exe().context("finding ratchet's own executable")?;
+    img.file(Path::new(guest::RATCHET_PATH), &ratchet)?;
+    for lib in image::libraries(&ratchet)? {
+        img.file(&lib, &lib)?;
+    }
+    for d in ["/proc", "/sys", "/dev", "/tmp"] {
+        img.dir(Path::new(d));
+    }
+    Ok(img)
+}
+
+/// The host files an arm runs: its program, and for a shell command line
+/// every program the line names.
+fn programs_of(arm: &Arm) -> Vec<PathBuf> {
+    let c = &arm.command;
+    if c.program.ends_with("sh") && c.args.first().is_some_and(|a| a == "-c") {
+        return c
+            .args
+            .get(1)
+            .map(|l| image::programs_in(l))
+            .unwrap_or_default();
+    }
+    vec![c.program.clone()]
+}
+
+/// The arm the guest announced last: the one running when it went down.
+fn running_arm(channel: &[String], arms: &[Arm]) -> Option<usize> {
+    let label = channel.iter().rev().find_map(|l| {
+        let rest = l.strip_prefix("STEP ")?;
+        Some(rest.split_once(' ')?.1.to_string())
+    })?;
+    arms.iter().position(|a| a.label == label)
+}
+
+/// The samples the guest reported, each window's cost replaced by the
+/// server vCPU's instructions per connection.
+fn guest_samples(
+    channel: &[String],
+    marks: &Marks,
+    marks_path: &Path,
+    e: &Emulator,
+) -> Result<Samples> {
+    if let Some(err) = channel.iter().find_map(|l| l.strip_prefix("ERROR ")) {
+        bail!("ratchet in the guest failed: {err}");
+    }
+    let json = channel
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .context("the guest powered off without reporting a result")?;
+    let mut samples: Samples = serde_json::from_str(json).context("parsing the guest's result")?;
+    let sut = e.config.vcpus - 1;
+    for m in samples.trials.iter_mut().flatten() {
+        count_window(m, marks, sut).with_context(|| format!("{}", marks_path.display()))?;
+    }
+    Ok(samples)
+}
+
+/// Puts the plugin's counts for `m`'s window in place of the guest's time.
+pub fn count_window(m: &mut Measurement, marks: &Marks, sut: usize) -> Result<()> {
+    m.cost_per_connection = None;
+    m.slice_costs.clear();
+    let Some([begin, end]) = m.marks else {
+        return Ok(());
+    };
+    let w = marks.window(begin, end)?;
+    let server = *w
+        .per_vcpu
+        .get(sut)
+        .context("no count for the server's vCPU")?;
+    let guest: u64 = w.per_vcpu.iter().sum();
+    m.emulated = Some(EmulatedCounts {
+        server,
+        generator: guest - server,
+        guest,
+    });
+    m.meter_delta.primary = server;
+    if m.gate.passed && m.window_completed > 0 {
+        m.cost_per_connection = Some(server as f64 / m.window_completed as f64);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_shared_evenly_and_every_guest_gets_some() {
+        assert_eq!(shares(12, 2), vec![6, 6]);
+        assert_eq!(shares(7, 2), vec![4, 3]);
+        assert_eq!(shares(1, 2), vec![1]);
+        assert_eq!(shares(6, 4), vec![2, 2, 1, 1]);
+    }
+
+    #[test]
+    fn every_guest_is_seeded_apart() {
+        let seeds: std::collections::HashSet<u64> = (0..4)
+            .flat_map(|f| (0..3).map(move |g| guest_seed(1, f * 6, g)))
+            .collect();
+        assert_eq!(seeds.len(), 12);
+    }
+
+    #[test]
+    fn a_window_costs_the_server_vcpus_instructions_per_connection() {
+        let marks = Marks::parse(
+            "MARK 1 1 vcpu=0 c0=1000 c1=500\nMARK 2 2 vcpu=0 c0=9000 c1=2500\nEND 3 0 vcpu=0 c0=1 c1=1\n",
+        )
+        .unwrap();
+        let mut m = Measurement {
+            marks: Some([1, 2]),
+            window_completed: 100,
+            cost_per_connection: Some(123.0),
+            slice_costs: vec![1.0],
+            ..Default::default()
+        };
+        m.gate.passed = true;
+        count_window(&mut m, &marks, 1).unwrap();
+        assert_eq!(m.cost_per_connection, Some(20.0));
+        assert_eq!(m.emulated.unwrap().generator, 8000);
+        assert!(
+            m.slice_costs.is_empty(),
+            "guest-time slices are not instructions"
+        );
+        m.gate.passed = false;
+        count_window(&mut m, &marks, 1).unwrap();
+        assert_eq!(m.cost_per_connection, None, "a failed gate has no score");
+    }
+
+    #[test]
+    fn the_arm_announced_last_is_the_one_blamed() {
+        let arm = |l: &str| Arm {
+            label: l.into(),
+            command: crate::bench::launch::ServerCommand {
+                program: "/x".into(),
+                args: vec![],
+                env: vec![],
+            },
+            source_hash: None,
+            binary_hash: None,
+        };
+        let arms = [arm("control"), arm("cmd:evil --x")];
+        let ch: Vec<String> = ["UP 6.1", "STEP 0 control", "STEP 0 cmd:evil --x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(running_arm(&ch, &arms), Some(1));
+        assert_eq!(running_arm(&ch[..1], &arms), None);
+    }
+}

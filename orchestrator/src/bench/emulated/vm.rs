@@ -1,0 +1,203 @@
+//! One guest machine: QEMU started with the meter plugin, watched until it
+//! powers off, and stopped with a named reason when it does not boot, hangs
+//! or panics. QEMU dies with the thread that started it (a parent-death
+//! signal), so no emulator outlives ratchet, even after SIGKILL; and it has
+//! a process group of its own, so a terminal's Ctrl-C reaches ratchet, which
+//! stops it.
+
+use anyhow::{Context, Result};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::marks::Marks;
+use super::Emulator;
+use crate::interrupt;
+
+/// How a guest ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// It powered off after ratchet in the guest said it was done.
+    PoweredOff,
+    /// Its kernel panicked (the console's panic line).
+    Panicked(String),
+    /// It had not started ratchet after `boot_timeout_s`.
+    NoBoot,
+    /// It was still running after `timeout_s`.
+    Hung,
+    /// QEMU exited on its own without the guest finishing (its stderr).
+    QemuFailed(String),
+}
+
+impl Ending {
+    pub fn describe(&self, e: &Emulator) -> String {
+        match self {
+            Ending::PoweredOff => "powered off".into(),
+            Ending::Panicked(line) => format!("the guest kernel panicked: {line}"),
+            Ending::NoBoot => format!(
+                "the guest did not boot within {} s (emulator.boot_timeout_s)",
+                e.config.boot_timeout_s
+            ),
+            Ending::Hung => format!(
+                "the guest was still running after {} s (emulator.timeout_s) and was stopped",
+                e.config.timeout_s
+            ),
+            Ending::QemuFailed(why) => format!("QEMU exited early: {why}"),
+        }
+    }
+}
+
+/// What a guest left behind.
+pub struct GuestRun {
+    pub ending: Ending,
+    /// The lines ratchet in the guest wrote to the host channel.
+    pub channel: Vec<String>,
+    pub marks: Marks,
+    pub marks_path: PathBuf,
+    pub wall: Duration,
+}
+
+/// The kernel command line: quiet, reboot (so exit) at once on a panic,
+/// no self-tests of the crypto API (seconds of boot under emulation), and
+/// the server's vCPU kept free of RCU callbacks and device interrupts,
+/// which its count would include. (`nohz_full` and `isolcpus` were tried
+/// and moved most of the server's kernel work off its vCPU's count.)
+fn append(sut: usize) -> String {
+    format!(
+        "console=ttyS0 quiet panic=-1 oops=panic cryptomgr.notests rdinit=/init \
+         rcu_nocbs={sut} irqaffinity=0"
+    )
+}
+
+fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Command {
+    let mut c = Command::new(&e.qemu);
+    c.args([
+        "-M",
+        "pc",
+        "-cpu",
+        "max",
+        "-accel",
+        "tcg",
+        "-nodefaults",
+        "-display",
+        "none",
+    ])
+    .args(["-icount", "shift=0,sleep=off", "-no-reboot"])
+    .args(["-rtc", "base=2024-01-01T00:00:00,clock=vm"])
+    .arg("-smp")
+    .arg(e.config.vcpus.to_string())
+    .arg("-m")
+    .arg(e.config.memory_mb.to_string())
+    .arg("-seed")
+    .arg(seed.to_string())
+    .arg("-kernel")
+    .arg(&e.kernel)
+    .arg("-initrd")
+    .arg(initrd)
+    .arg("-append")
+    .arg(append(e.config.vcpus - 1))
+    .arg("-serial")
+    .arg(format!("file:{}", dir.join("console.log").display()))
+    .arg("-serial")
+    .arg(format!("file:{}", dir.join("channel.log").display()))
+    .arg("-plugin")
+    .arg(format!(
+        "{},out={},sut={}",
+        e.plugin.display(),
+        dir.join("marks.log").display(),
+        e.config.vcpus - 1
+    ))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            libc::setpgid(0, 0);
+            Ok(())
+        });
+    }
+    c
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read(path)
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .map(|l| l.trim_end_matches('\r').to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Boots a guest from `initrd` in `dir` and waits for it to end. The
+/// calling thread must live until this returns (QEMU's parent-death
+/// signal is tied to it).
+pub fn run(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Result<GuestRun> {
+    let stderr = dir.join("qemu.stderr");
+    let mut c = command(e, dir, initrd, seed);
+    c.stderr(std::fs::File::create(&stderr)?);
+    let start = Instant::now();
+    let mut child = Killed(
+        c.spawn()
+            .with_context(|| format!("starting {}", e.qemu.display()))?,
+    );
+    let channel = dir.join("channel.log");
+    let boot = Duration::from_secs(e.config.boot_timeout_s);
+    let limit = Duration::from_secs(e.config.timeout_s);
+    let mut booted = false;
+    let ending = loop {
+        if let Some(status) = child.0.try_wait()? {
+            let console = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
+            break if let Some(l) = console.lines().find(|l| l.contains("Kernel panic")) {
+                Ending::Panicked(l.trim().to_string())
+            } else if lines(&channel).iter().any(|l| l.starts_with("EXIT ")) {
+                Ending::PoweredOff
+            } else {
+                let why = std::fs::read_to_string(&stderr).unwrap_or_default();
+                Ending::QemuFailed(format!("{status}: {}", why.trim()))
+            };
+        }
+        interrupt::check()?;
+        booted = booted || lines(&channel).iter().any(|l| l.starts_with("UP "));
+        if !booted && start.elapsed() > boot {
+            break Ending::NoBoot;
+        }
+        if start.elapsed() > limit {
+            break Ending::Hung;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(child);
+    let marks_path = dir.join("marks.log");
+    let marks = if ending == Ending::PoweredOff {
+        let marks = Marks::read(&marks_path)?;
+        if !marks.complete {
+            anyhow::bail!(
+                "the meter plugin's output {} has no END line: it was cut short",
+                marks_path.display()
+            );
+        }
+        marks
+    } else {
+        Marks::read(&marks_path).unwrap_or_default()
+    };
+    Ok(GuestRun {
+        marks,
+        marks_path,
+        channel: lines(&channel),
+        ending,
+        wall: start.elapsed(),
+    })
+}
