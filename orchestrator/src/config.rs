@@ -427,6 +427,7 @@ impl Config {
         range("emulator.warmup_ms", e.warmup_ms as f64, 0.0, 600_000.0)?;
         range("emulator.server_share", e.server_share, 0.001, 1.0)?;
         range("emulator.connections", e.connections as f64, 1.0, 65536.0)?;
+        range("emulator.min_completed", e.min_completed as f64, 1.0, 1e9)?;
         // The kernel's bounds on a bandwidth quota.
         range("emulator.quota_us", e.quota_us as f64, 1000.0, 1_000_000.0)?;
         range(

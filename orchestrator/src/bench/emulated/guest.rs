@@ -82,7 +82,7 @@ impl GuestSettings {
             },
             saturation: self.saturation.clone(),
             ration: None,
-            drain_windows: true,
+            drain_windows: false,
         }
     }
 

@@ -53,6 +53,10 @@ pub struct EmulatorConfig {
     pub warmup_ms: u64,
     /// The measured window of each trial (guest ms).
     pub window_ms: u64,
+    /// Connections a window needs to be scored: counts are exact and a
+    /// drained window has no connection straddling its ends, so a window
+    /// needs far fewer than a timed one (gate.min_completed) does.
+    pub min_completed: u64,
     /// The share of its vCPU every server is rationed to: small enough that
     /// the generator, six or more times costlier per connection, keeps
     /// every server's backlog full (see docs/emulated-meter.md). Rationed
@@ -73,12 +77,13 @@ impl Default for EmulatorConfig {
             qemu: "qemu-system-x86_64".into(),
             kernel: "/var/cache/ratchet/emulator/vmlinux".into(),
             busybox: "/bin/busybox".into(),
-            connections: 512,
-            quota_us: 4000,
+            connections: 256,
+            quota_us: 2000,
             vcpus: 2,
             memory_mb: 512,
-            warmup_ms: 300,
-            window_ms: 2500,
+            warmup_ms: 200,
+            window_ms: 1200,
+            min_completed: 200,
             server_share: 0.05,
             guests: 0,
             boot_timeout_s: 120,

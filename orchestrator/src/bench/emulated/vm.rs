@@ -70,6 +70,12 @@ fn append(sut: usize) -> String {
     )
 }
 
+/// Every online core of the host: ratchet pins itself away from the SUT
+/// core, but emulated counts do not depend on where the emulator runs.
+pub fn host_cores() -> usize {
+    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize
+}
+
 fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Command {
     let mut c = Command::new(&e.qemu);
     c.args([
@@ -110,11 +116,16 @@ fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Command {
     ))
     .stdin(Stdio::null())
     .stdout(Stdio::null());
+    let mut every_core: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for core in 0..host_cores() {
+        unsafe { libc::CPU_SET(core, &mut every_core) };
+    }
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
-        c.pre_exec(|| {
+        c.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             libc::setpgid(0, 0);
+            libc::sched_setaffinity(0, std::mem::size_of_val(&every_core), &every_core);
             Ok(())
         });
     }

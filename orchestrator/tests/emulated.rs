@@ -1,0 +1,207 @@
+//! The emulated meter with the real emulator, guest kernel, servers and
+//! load generator: counts are exact, arms are measured in instructions and
+//! gated, and a guest that hangs, crashes or idles is named, never a crash
+//! of ratchet, and never outlives it.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Short guest windows: enough for a gate, not for a decision.
+const QUICK_GUEST: &str =
+    "[gate]\nmin_completed = 200\n\n[emulator]\nwindow_ms = 800\nwarmup_ms = 150\n";
+
+fn compare(
+    extra_config: &str,
+    arms: &[&str],
+    blocks: usize,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let ws = temp_workspace(&format!("{QUICK_GUEST}{extra_config}"));
+    Command::new(ratchet())
+        .envs(env.iter().copied())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args([
+            "compare",
+            "--meter",
+            "emulated",
+            "--json",
+            "--blocks",
+            &blocks.to_string(),
+        ])
+        .args(arms)
+        .output()
+        .unwrap()
+}
+
+fn report(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "compare failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("compare --json prints JSON")
+}
+
+/// QEMU processes whose command line names `needle`.
+fn emulators_naming(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("qemu-system") && c.contains(needle)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[test]
+fn the_plugin_counts_a_loop_of_known_length_exactly() {
+    let out = Command::new(ratchet()).arg("doctor").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("emulated meter"))
+        .unwrap_or_else(|| panic!("doctor printed no emulated meter line:\n{text}"));
+    assert!(
+        line.starts_with("OK")
+            && line.contains("exact; a loop of 200001 instructions counted 200001"),
+        "{line}"
+    );
+}
+
+#[test]
+fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
+    let r = report(&compare("", &["treatment", "control"], 6, &[]));
+    assert_eq!(r["meter"]["event"], "instructions", "{}", r["meter"]);
+    assert_eq!(r["meter"]["source"], "emulated", "{}", r["meter"]);
+    assert_eq!(r["meter"]["unit"], "instructions");
+    assert_eq!(r["environment"]["meter_source"], "emulated");
+    assert!(r["environment"]["emulator"]
+        .as_str()
+        .unwrap()
+        .contains("QEMU"));
+    for (i, arm) in r["arms"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(arm["gate"]["passed"], true, "arm {i}: {arm}");
+        for t in r["trials"][i].as_array().unwrap() {
+            let cost = t["cost_per_connection"].as_f64().unwrap();
+            let server = t["emulated"]["server"].as_u64().unwrap();
+            let completed = t["window_completed"].as_u64().unwrap();
+            assert_eq!(cost, server as f64 / completed as f64, "{t}");
+            assert!(t["emulated"]["generator"].as_u64().unwrap() > server, "{t}");
+            assert!(
+                t["slice_costs"].as_array().unwrap().is_empty(),
+                "guest ns are not instructions"
+            );
+        }
+    }
+    // The Go control does more work per connection than the io_uring server.
+    assert!(
+        r["comparisons"][0]["ratio_median"].as_f64().unwrap() > 1.2,
+        "{}",
+        r["comparisons"]
+    );
+}
+
+#[test]
+fn a_guest_that_hangs_is_stopped_and_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmpdir = tmp.path().to_str().unwrap();
+    let start = Instant::now();
+    let out = compare(
+        "timeout_s = 3\n",
+        &["treatment", "control"],
+        6,
+        &[("TMPDIR", tmpdir)],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("still running after 3 s (emulator.timeout_s) and was stopped"),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        emulators_naming(tmpdir).is_empty(),
+        "an emulator outlived its measurement"
+    );
+}
+
+#[test]
+fn no_emulator_survives_a_sigkill_of_ratchet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmpdir = tmp.path().to_str().unwrap().to_string();
+    let ws = temp_workspace(QUICK_GUEST);
+    let mut child = Command::new(ratchet())
+        .env("TMPDIR", &tmpdir)
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args([
+            "compare",
+            "--meter",
+            "emulated",
+            "--blocks",
+            "6",
+            "treatment",
+            "control",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while emulators_naming(&tmpdir).len() < 2 {
+        assert!(Instant::now() < deadline, "no emulator started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !emulators_naming(&tmpdir).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "emulators outlived ratchet: {:?}",
+            emulators_naming(&tmpdir)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_server_that_idles_in_the_guest_is_reported_not_busy() {
+    let (ok, bursty) = (faulty_arm("ok"), faulty_arm("bursty"));
+    let r = report(&compare("", &[&ok, &bursty], 6, &[]));
+    assert_eq!(r["regime"]["regime"], "saturated", "{}", r["regime"]);
+    assert_eq!(r["arms"][0]["unsaturated_samples"], 0, "{}", r["arms"]);
+    assert_eq!(r["arms"][1]["unsaturated_samples"], 6, "{}", r["arms"]);
+    assert_eq!(
+        r["comparisons"][0]["verdict"], "invalid",
+        "{}",
+        r["comparisons"]
+    );
+}
+
+#[test]
+fn a_server_that_crashes_the_guest_kernel_is_invalid_and_the_others_are_measured() {
+    let crash = "cmd:/bin/sh -c 'echo c > /proc/sysrq-trigger; sleep 60'";
+    let r = report(&compare("", &["treatment", crash], 6, &[]));
+    assert_eq!(r["arms"][0]["gate"]["passed"], true, "{}", r["arms"]);
+    assert_eq!(r["arms"][1]["gate"]["passed"], false, "{}", r["arms"]);
+    let detail = r["arms"][1]["gate"].to_string();
+    assert!(detail.contains("panicked"), "{detail}");
+    assert_eq!(r["comparisons"][0]["verdict"], "invalid");
+    assert!(r["trials"][0][5]["cost_per_connection"].as_f64().is_some());
+}
