@@ -49,13 +49,15 @@ fi
 
 # The emulated meter (see docs/emulated-meter.md): QEMU 10 from
 # bookworm-backports (7.2 from bookworm hangs a 2-vCPU guest under icount),
-# a static busybox for the guest's userland, and Debian's own kernel image,
-# downloaded as a package and unpacked into EMULATOR_DIR, never installed.
+# a static busybox for the guest's userland, and Debian's kernel image from
+# bookworm-backports (6.12: 6.1 holds a closed direct descriptor for a
+# second), downloaded as a package and unpacked into EMULATOR_DIR, never
+# installed.
 EMULATOR_DIR=${RATCHET_EMULATOR_DIR:-/var/cache/ratchet/emulator}
 emulator_ready() {
   command -v qemu-system-x86_64 >/dev/null 2>&1 &&
     qemu-system-x86_64 --version | grep -qE 'version (9\.[2-9]|[1-9][0-9])' &&
-    [[ -x /bin/busybox ]] && [[ -s "$EMULATOR_DIR/vmlinux" ]]
+    [[ -x /bin/busybox ]] && [[ -s "$EMULATOR_DIR/vmlinuz" ]]
 }
 setup_emulator() {
   [[ $(id -u) -eq 0 ]] || { echo "setup: not root: the emulated meter is not set up (run this script as root)"; return 1; }
@@ -64,36 +66,26 @@ setup_emulator() {
   local mirror
   mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
   mirror=${mirror:-http://deb.debian.org/debian}
-  local bpo=/etc/apt/sources.list.d/ratchet-bookworm-backports.list
   if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm-backports main" > "$bpo"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm-backports main" \
+      > /etc/apt/sources.list.d/ratchet-bookworm-backports.list
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq || { echo "setup: apt-get update failed: the emulated meter is not set up"; return 1; }
   apt-get install -y -qq -t bookworm-backports --no-install-recommends qemu-system-x86 >/dev/null ||
     { echo "setup: could not install qemu-system-x86 from bookworm-backports"; return 1; }
   apt-get install -y -qq busybox-static >/dev/null || { echo "setup: could not install busybox-static"; return 1; }
-  local kpkg
-  kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-  [[ -n "$kpkg" ]] || { echo "setup: no linux-image-amd64 in the package lists"; return 1; }
+  local kpkg tmp
+  kpkg=$(apt-cache depends -t bookworm-backports linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+  [[ -n "$kpkg" ]] || { echo "setup: no linux-image-amd64 in bookworm-backports"; return 1; }
   mkdir -p "$EMULATOR_DIR"
-  local tmp
   tmp=$(mktemp -d)
   chmod 755 "$tmp"  # apt-get download drops privileges to _apt
-  (cd "$tmp" && apt-get download -qq "$kpkg") || { echo "setup: could not download $kpkg"; rm -rf "$tmp"; return 1; }
-  dpkg-deb --fsys-tarfile "$tmp"/"$kpkg"_*.deb | tar -x -C "$tmp" ./boot
-  # The guest boots the uncompressed ELF through its PVH entry: 6 s faster
-  # under emulation than decompressing bzImage.
-  python3 - "$tmp"/boot/vmlinuz-* "$EMULATOR_DIR/vmlinux.new" <<'PY'
-import lzma, sys
-data = open(sys.argv[1], 'rb').read()
-start = data.find(b'\xfd7zXZ\x00')
-if start < 0:
-    sys.exit("setup: %s is not an XZ-compressed kernel" % sys.argv[1])
-open(sys.argv[2], 'wb').write(lzma.LZMADecompressor().decompress(data[start:]))
-PY
-  mv "$EMULATOR_DIR/vmlinux.new" "$EMULATOR_DIR/vmlinux"
-  dpkg-deb -f "$tmp"/"$kpkg"_*.deb Package Version | tr '\n' ' ' > "$EMULATOR_DIR/kernel-package"
+  (cd "$tmp" && apt-get download -qq -t bookworm-backports "$kpkg") ||
+    { echo "setup: could not download $kpkg"; rm -rf "$tmp"; return 1; }
+  dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" ./boot
+  cp "$tmp"/boot/vmlinuz-* "$EMULATOR_DIR/vmlinuz.new" && mv "$EMULATOR_DIR/vmlinuz.new" "$EMULATOR_DIR/vmlinuz"
+  dpkg-deb -f "$tmp"/*.deb Package Version | awk '{print $2}' | paste -sd' ' > "$EMULATOR_DIR/kernel-package"
   rm -rf "$tmp"
 }
 if ! emulator_ready; then

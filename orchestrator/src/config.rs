@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::bench::contract::Contract;
 use crate::bench::emulated::EmulatorConfig;
+use crate::bench::meter::MeterConfig;
 use crate::bench::ration::SaturationConfig;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -181,29 +182,6 @@ impl Default for GateConfig {
         Self {
             max_failure_rate: 0.0001,
             min_completed: 1000,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum MeterChoice {
-    Auto,
-    Instructions,
-    Emulated,
-    TaskClock,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MeterConfig {
-    pub event: MeterChoice,
-}
-
-impl Default for MeterConfig {
-    fn default() -> Self {
-        Self {
-            event: MeterChoice::Auto,
         }
     }
 }
@@ -420,23 +398,7 @@ impl Config {
             0.0,
             1.0,
         )?;
-        let e = &self.emulator;
-        range("emulator.vcpus", e.vcpus as f64, 2.0, 64.0)?;
-        range("emulator.memory_mb", e.memory_mb as f64, 256.0, 65536.0)?;
-        range("emulator.window_ms", e.window_ms as f64, 10.0, 600_000.0)?;
-        range("emulator.warmup_ms", e.warmup_ms as f64, 0.0, 600_000.0)?;
-        range("emulator.server_share", e.server_share, 0.001, 1.0)?;
-        range("emulator.connections", e.connections as f64, 1.0, 65536.0)?;
-        range("emulator.min_completed", e.min_completed as f64, 1.0, 1e9)?;
-        // The kernel's bounds on a bandwidth quota.
-        range("emulator.quota_us", e.quota_us as f64, 1000.0, 1_000_000.0)?;
-        range(
-            "emulator.boot_timeout_s",
-            e.boot_timeout_s as f64,
-            1.0,
-            86_400.0,
-        )?;
-        range("emulator.timeout_s", e.timeout_s as f64, 1.0, 86_400.0)?;
+        self.emulator.validate()?;
         // Fewer samples give no interval with a stated coverage (see stats).
         range("compare.blocks", self.compare.blocks as f64, 6.0, 1000.0)?;
         range(
@@ -533,7 +495,7 @@ impl Config {
     }
 }
 
-fn range(field: &str, value: f64, lo: f64, hi: f64) -> Result<()> {
+pub fn range(field: &str, value: f64, lo: f64, hi: f64) -> Result<()> {
     if !(lo..=hi).contains(&value) || value.is_nan() {
         bail!("{field} must be between {lo} and {hi}, got {value}");
     }

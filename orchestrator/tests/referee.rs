@@ -413,7 +413,7 @@ fn compare_at_defaults(args: &[&str]) -> Value {
         .arg(repo_root().join("harness.toml"))
         .arg("compare")
         .args(args)
-        .arg("--json")
+        .args(["--json", "--meter", "task-clock"])
         .output()
         .unwrap();
     assert!(

@@ -35,6 +35,8 @@ const EXTRA_PER_MILLE: u64 = 32;
 
 /// Saturated, at 5%, with windows short enough for a test.
 const SATURATED: &str = r#"
+[meter]
+event = "task-clock"
 [trial]
 warmup_ms = 300
 window_ms = 800

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use crate::bench::emulated::{Emulator, EmulatorConfig};
 use crate::bench::ration::Throttling;
-use crate::config::MeterChoice;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -38,6 +37,30 @@ impl MeterEvent {
         match self {
             MeterEvent::Instructions => "instructions",
             MeterEvent::TaskClock => "ns",
+        }
+    }
+}
+
+/// `[meter]` in harness.toml: which event to count (see [`MeterPlan::detect`]).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum MeterChoice {
+    Auto,
+    Instructions,
+    Emulated,
+    TaskClock,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeterConfig {
+    pub event: MeterChoice,
+}
+
+impl Default for MeterConfig {
+    fn default() -> Self {
+        Self {
+            event: MeterChoice::Auto,
         }
     }
 }

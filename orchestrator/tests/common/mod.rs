@@ -54,6 +54,8 @@ pub fn faulty_arm(mode: &str) -> String {
 /// Short windows so a test trial takes about a second, with enough
 /// connections in flight at each server that a rationed one always has work.
 pub const QUICK: &[&str] = &[
+    "--meter",
+    "task-clock",
     "--window-ms",
     "700",
     "--warmup-ms",
@@ -130,6 +132,8 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// too few to keep a rationed server busy (the referee tests measure the
 /// saturated regime, at 512).
 pub const SMALL: &str = r#"
+[meter]
+event = "task-clock"
 [saturation]
 regime = "idle"
 [load]

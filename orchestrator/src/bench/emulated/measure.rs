@@ -94,6 +94,7 @@ pub fn guest_settings(e: &Emulator, s: &TrialSettings, seed: u64) -> GuestSettin
         },
         contract: (*s.contract).clone(),
         saturation,
+        open_files: open_files(),
     }
 }
 
@@ -116,6 +117,17 @@ pub fn regime(e: &Emulator, s: &TrialSettings) -> RegimeRecord {
         }),
         ..Default::default()
     }
+}
+
+/// The soft limit on open files ratchet's servers get on this host.
+fn open_files() -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
+    // The guest kernel's own ceiling (fs.nr_open).
+    l.rlim_cur.min(1 << 20)
 }
 
 /// Measures `n` more samples of every arm in emulated guests.
@@ -242,7 +254,12 @@ impl Job<'_> {
             let why = run.ending.describe(self.e);
             let Some(culprit) = running_arm(&run.channel, self.arms) else {
                 bail!(
-                    "{why}, before any arm ran (console: {})",
+                    "{why}, while no arm of {} was running (console: {})",
+                    self.arms
+                        .iter()
+                        .map(|a| a.label.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     dir.join("console.log").display()
                 );
             };

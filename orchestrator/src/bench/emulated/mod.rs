@@ -25,6 +25,8 @@ pub mod vm;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+use crate::config::range;
+
 pub use assets::Emulator;
 
 /// `[emulator]` in harness.toml. Times marked "guest" are guest time: one
@@ -34,8 +36,8 @@ pub use assets::Emulator;
 pub struct EmulatorConfig {
     /// QEMU 9.2 or newer (7.2 hangs a 2-vCPU guest under icount).
     pub qemu: PathBuf,
-    /// An uncompressed x86_64 kernel with a PVH entry (scripts/setup.sh
-    /// unpacks Debian's).
+    /// An x86_64 kernel image (scripts/setup.sh unpacks Debian's 6.12 from
+    /// bookworm-backports).
     pub kernel: PathBuf,
     /// A static busybox: the guest's shell and tools.
     pub busybox: PathBuf,
@@ -71,11 +73,47 @@ pub struct EmulatorConfig {
     pub timeout_s: u64,
 }
 
+impl EmulatorConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        range("emulator.vcpus", self.vcpus as f64, 2.0, 64.0)?;
+        range("emulator.memory_mb", self.memory_mb as f64, 256.0, 65536.0)?;
+        range("emulator.window_ms", self.window_ms as f64, 10.0, 600_000.0)?;
+        range("emulator.warmup_ms", self.warmup_ms as f64, 0.0, 600_000.0)?;
+        range("emulator.server_share", self.server_share, 0.001, 1.0)?;
+        range(
+            "emulator.connections",
+            self.connections as f64,
+            1.0,
+            65536.0,
+        )?;
+        range(
+            "emulator.min_completed",
+            self.min_completed as f64,
+            1.0,
+            1e9,
+        )?;
+        // The kernel's bounds on a bandwidth quota.
+        range(
+            "emulator.quota_us",
+            self.quota_us as f64,
+            1000.0,
+            1_000_000.0,
+        )?;
+        range(
+            "emulator.boot_timeout_s",
+            self.boot_timeout_s as f64,
+            1.0,
+            86_400.0,
+        )?;
+        range("emulator.timeout_s", self.timeout_s as f64, 1.0, 86_400.0)
+    }
+}
+
 impl Default for EmulatorConfig {
     fn default() -> Self {
         Self {
             qemu: "qemu-system-x86_64".into(),
-            kernel: "/var/cache/ratchet/emulator/vmlinux".into(),
+            kernel: "/var/cache/ratchet/emulator/vmlinuz".into(),
             busybox: "/bin/busybox".into(),
             connections: 256,
             quota_us: 2000,
