@@ -398,7 +398,7 @@ impl Config {
             0.0,
             1.0,
         )?;
-        self.emulator.validate()?;
+        validate_emulator(&self.emulator)?;
         // Fewer samples give no interval with a stated coverage (see stats).
         range("compare.blocks", self.compare.blocks as f64, 6.0, 1000.0)?;
         range(
@@ -495,7 +495,27 @@ impl Config {
     }
 }
 
-pub fn range(field: &str, value: f64, lo: f64, hi: f64) -> Result<()> {
+/// `[emulator]`: the bounds QEMU, the guest kernel and the generator set.
+fn validate_emulator(e: &EmulatorConfig) -> Result<()> {
+    range("emulator.vcpus", e.vcpus as f64, 2.0, 64.0)?;
+    range("emulator.memory_mb", e.memory_mb as f64, 256.0, 65536.0)?;
+    range("emulator.window_ms", e.window_ms as f64, 10.0, 600_000.0)?;
+    range("emulator.warmup_ms", e.warmup_ms as f64, 0.0, 600_000.0)?;
+    range("emulator.server_share", e.server_share, 0.001, 1.0)?;
+    range("emulator.connections", e.connections as f64, 1.0, 65536.0)?;
+    range("emulator.min_completed", e.min_completed as f64, 1.0, 1e9)?;
+    // The kernel's bounds on a bandwidth quota.
+    range("emulator.quota_us", e.quota_us as f64, 1000.0, 1_000_000.0)?;
+    range(
+        "emulator.boot_timeout_s",
+        e.boot_timeout_s as f64,
+        1.0,
+        86_400.0,
+    )?;
+    range("emulator.timeout_s", e.timeout_s as f64, 1.0, 86_400.0)
+}
+
+fn range(field: &str, value: f64, lo: f64, hi: f64) -> Result<()> {
     if !(lo..=hi).contains(&value) || value.is_nan() {
         bail!("{field} must be between {lo} and {hi}, got {value}");
     }

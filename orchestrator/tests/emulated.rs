@@ -10,9 +10,19 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Short guest windows: enough for a gate, not for a decision.
-const QUICK_GUEST: &str =
-    "[gate]\nmin_completed = 200\n\n[emulator]\nwindow_ms = 800\nwarmup_ms = 150\n";
+/// A short warm-up: enough for a gate, not for a decision. The
+/// `[emulator]` table is last: a test's bare keys land in it.
+const QUICK_GUEST: &str = "[emulator]\nwarmup_ms = 150\n";
+
+/// A workspace whose `treatment` and `control` are the repository's.
+fn workspace(emulator_keys: &str) -> tempfile::TempDir {
+    let root = repo_root();
+    temp_workspace(&format!(
+        "[paths]\ntreatment = \"{}\"\ncontrol = \"{}\"\n{QUICK_GUEST}{emulator_keys}",
+        root.join("treatment").display(),
+        root.join("control").display()
+    ))
+}
 
 fn compare(
     extra_config: &str,
@@ -20,7 +30,7 @@ fn compare(
     blocks: usize,
     env: &[(&str, &str)],
 ) -> std::process::Output {
-    let ws = temp_workspace(&format!("{QUICK_GUEST}{extra_config}"));
+    let ws = workspace(extra_config);
     Command::new(ratchet())
         .envs(env.iter().copied())
         .arg("--config")
@@ -66,7 +76,13 @@ fn emulators_naming(needle: &str) -> Vec<i32> {
 
 #[test]
 fn the_plugin_counts_a_loop_of_known_length_exactly() {
-    let out = Command::new(ratchet()).arg("doctor").output().unwrap();
+    let _g = exclusive();
+    let out = Command::new(ratchet())
+        .arg("--config")
+        .arg(repo_root().join("harness.toml"))
+        .arg("doctor")
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
@@ -81,6 +97,7 @@ fn the_plugin_counts_a_loop_of_known_length_exactly() {
 
 #[test]
 fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
+    let _g = exclusive();
     let r = report(&compare("", &["treatment", "control"], 6, &[]));
     assert_eq!(r["meter"]["event"], "instructions", "{}", r["meter"]);
     assert_eq!(r["meter"]["source"], "emulated", "{}", r["meter"]);
@@ -96,7 +113,8 @@ fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
             let cost = t["cost_per_connection"].as_f64().unwrap();
             let server = t["emulated"]["server"].as_u64().unwrap();
             let completed = t["window_completed"].as_u64().unwrap();
-            assert_eq!(cost, server as f64 / completed as f64, "{t}");
+            let expected = server as f64 / completed as f64;
+            assert!((cost - expected).abs() <= expected * 1e-12, "{t}");
             assert!(t["emulated"]["generator"].as_u64().unwrap() > server, "{t}");
             assert!(
                 t["slice_costs"].as_array().unwrap().is_empty(),
@@ -114,6 +132,7 @@ fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
 
 #[test]
 fn a_guest_that_hangs_is_stopped_and_named() {
+    let _g = exclusive();
     let tmp = tempfile::tempdir().unwrap();
     let tmpdir = tmp.path().to_str().unwrap();
     let start = Instant::now();
@@ -142,9 +161,10 @@ fn a_guest_that_hangs_is_stopped_and_named() {
 
 #[test]
 fn no_emulator_survives_a_sigkill_of_ratchet() {
+    let _g = exclusive();
     let tmp = tempfile::tempdir().unwrap();
     let tmpdir = tmp.path().to_str().unwrap().to_string();
-    let ws = temp_workspace(QUICK_GUEST);
+    let ws = workspace("");
     let mut child = Command::new(ratchet())
         .env("TMPDIR", &tmpdir)
         .arg("--config")
@@ -182,6 +202,7 @@ fn no_emulator_survives_a_sigkill_of_ratchet() {
 
 #[test]
 fn a_server_that_idles_in_the_guest_is_reported_not_busy() {
+    let _g = exclusive();
     let (ok, bursty) = (faulty_arm("ok"), faulty_arm("bursty"));
     let r = report(&compare("", &[&ok, &bursty], 6, &[]));
     assert_eq!(r["regime"]["regime"], "saturated", "{}", r["regime"]);
@@ -196,6 +217,7 @@ fn a_server_that_idles_in_the_guest_is_reported_not_busy() {
 
 #[test]
 fn a_server_that_crashes_the_guest_kernel_is_invalid_and_the_others_are_measured() {
+    let _g = exclusive();
     let crash = "cmd:/bin/sh -c 'echo c > /proc/sysrq-trigger; sleep 60'";
     let r = report(&compare("", &["treatment", crash], 6, &[]));
     assert_eq!(r["arms"][0]["gate"]["passed"], true, "{}", r["arms"]);
@@ -204,4 +226,41 @@ fn a_server_that_crashes_the_guest_kernel_is_invalid_and_the_others_are_measured
     assert!(detail.contains("panicked"), "{detail}");
     assert_eq!(r["comparisons"][0]["verdict"], "invalid");
     assert!(r["trials"][0][5]["cost_per_connection"].as_f64().is_some());
+}
+
+fn compare_error(config: &str, meter: &str) -> String {
+    let ws = workspace(config);
+    let out = Command::new(ratchet())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args(["compare", "--meter", meter, "treatment", "control"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn a_missing_emulator_under_meter_emulated_is_an_error_never_a_fallback() {
+    let _g = exclusive();
+    let err = compare_error("qemu = \"/nonexistent/qemu-system-x86_64\"\n", "emulated");
+    assert!(
+        err.contains("emulator.qemu") && err.contains("/nonexistent/qemu-system-x86_64"),
+        "{err}"
+    );
+    let err = compare_error("kernel = \"/nonexistent/vmlinuz\"\n", "emulated");
+    assert!(
+        err.contains("emulator.kernel") && err.contains("scripts/setup.sh"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_emulator_setting_is_named_with_its_range() {
+    let _g = exclusive();
+    let err = compare_error("quota_us = 10\n", "emulated");
+    assert!(
+        err.contains("emulator.quota_us") && err.contains("1000"),
+        "{err}"
+    );
 }

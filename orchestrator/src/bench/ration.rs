@@ -101,6 +101,11 @@ pub struct SaturationConfig {
     /// its allotment passes it, and the probe's backlog warning is what
     /// covers that case.
     pub max_context_switches: f64,
+    /// A window in which the server's group spent its whole quota in fewer
+    /// of its bandwidth periods than this did not always have work (0: not
+    /// checked, as on the host, where the probe sizes the quota; the
+    /// emulated guest, whose quota is fixed, checks 0.9).
+    pub min_throttled_share: f64,
     /// How long the probe measures.
     pub probe_ms: u64,
     /// Keep the SUT core from halting between quotas (see
@@ -115,6 +120,7 @@ impl Default for SaturationConfig {
             generator_target: 0.65,
             min_allotment_used: 0.25,
             max_context_switches: 1.0,
+            min_throttled_share: 0.0,
             probe_ms: 600,
             ballast: true,
         }
@@ -290,13 +296,15 @@ pub fn saturation(w: &WindowUse, allotment: Option<Allotment>, c: &SaturationCon
     let slept = w
         .context_switches_per_connection
         .is_some_and(|cs| cs > c.max_context_switches);
+    let throttled_share = w
+        .throttling
+        .filter(|t| t.periods > 0)
+        .map(|t| t.throttled as f64 / t.periods as f64);
+    let starved = throttled_share.is_some_and(|t| t < c.min_throttled_share);
     Saturation {
         allotment_used: used,
-        throttled_share: w
-            .throttling
-            .filter(|t| t.periods > 0)
-            .map(|t| t.throttled as f64 / t.periods as f64),
-        saturated: used.map(|u| u >= c.min_allotment_used && !slept),
+        throttled_share,
+        saturated: used.map(|u| u >= c.min_allotment_used && !slept && !starved),
     }
 }
 
@@ -381,5 +389,39 @@ mod tests {
             ..busy
         };
         assert_eq!(saturation(&napping, a, &c).saturated, Some(false));
+    }
+
+    #[test]
+    fn where_asked_an_arm_that_ran_out_of_quota_in_few_periods_was_not_saturated() {
+        let a = Some(Allotment {
+            quota_us: 2000,
+            period_us: 40_000,
+        });
+        // Used nearly all its allotment over the window, yet spent the whole
+        // quota in 15% of the periods: it idled between bursts.
+        let bursty = WindowUse {
+            on_sut_ns: 48_500_000,
+            context_switches_per_connection: Some(0.2),
+            throttling: Some(Throttling {
+                periods: 20,
+                throttled: 3,
+            }),
+            elapsed: Duration::from_secs(1),
+        };
+        let host = SaturationConfig::default();
+        assert_eq!(saturation(&bursty, a, &host).saturated, Some(true));
+        let guest = SaturationConfig {
+            min_throttled_share: 0.9,
+            ..host
+        };
+        assert_eq!(saturation(&bursty, a, &guest).saturated, Some(false));
+        let busy = WindowUse {
+            throttling: Some(Throttling {
+                periods: 20,
+                throttled: 20,
+            }),
+            ..bursty
+        };
+        assert_eq!(saturation(&busy, a, &guest).saturated, Some(true));
     }
 }

@@ -59,6 +59,10 @@ fn guest_seed(seed: u64, first_sample: usize, guest: usize) -> u64 {
 /// The least share of its allotment a saturated server uses in a guest
 /// window: a server that sleeps between arrivals leaves most of it.
 const GUEST_MIN_QUOTA_USED: f64 = 0.9;
+/// The least share of bandwidth periods in which a saturated server spent
+/// its whole quota: 1.0 for every honest arm measured; 0.15 for a server
+/// that idles between bursts yet used 0.97 of its allotment over the window.
+const GUEST_MIN_THROTTLED_SHARE: f64 = 0.9;
 /// Context switches per connection past which a guest window is not
 /// scored even though its quota was spent: the Go control's runtime hand-
 /// offs stay under it (at most 1.05 measured).
@@ -80,6 +84,9 @@ pub fn guest_settings(e: &Emulator, s: &TrialSettings, seed: u64) -> GuestSettin
     saturation.max_context_switches = saturation
         .max_context_switches
         .max(GUEST_MAX_CONTEXT_SWITCHES);
+    saturation.min_throttled_share = saturation
+        .min_throttled_share
+        .max(GUEST_MIN_THROTTLED_SHARE);
     GuestSettings {
         vcpus: c.vcpus,
         warmup_ms: c.warmup_ms * (95 + seed % 11) / 100,

@@ -25,8 +25,6 @@ pub mod vm;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-use crate::config::range;
-
 pub use assets::Emulator;
 
 /// `[emulator]` in harness.toml. Times marked "guest" are guest time: one
@@ -71,42 +69,6 @@ pub struct EmulatorConfig {
     pub boot_timeout_s: u64,
     /// A guest still running then is stopped as hung (host s).
     pub timeout_s: u64,
-}
-
-impl EmulatorConfig {
-    pub fn validate(&self) -> anyhow::Result<()> {
-        range("emulator.vcpus", self.vcpus as f64, 2.0, 64.0)?;
-        range("emulator.memory_mb", self.memory_mb as f64, 256.0, 65536.0)?;
-        range("emulator.window_ms", self.window_ms as f64, 10.0, 600_000.0)?;
-        range("emulator.warmup_ms", self.warmup_ms as f64, 0.0, 600_000.0)?;
-        range("emulator.server_share", self.server_share, 0.001, 1.0)?;
-        range(
-            "emulator.connections",
-            self.connections as f64,
-            1.0,
-            65536.0,
-        )?;
-        range(
-            "emulator.min_completed",
-            self.min_completed as f64,
-            1.0,
-            1e9,
-        )?;
-        // The kernel's bounds on a bandwidth quota.
-        range(
-            "emulator.quota_us",
-            self.quota_us as f64,
-            1000.0,
-            1_000_000.0,
-        )?;
-        range(
-            "emulator.boot_timeout_s",
-            self.boot_timeout_s as f64,
-            1.0,
-            86_400.0,
-        )?;
-        range("emulator.timeout_s", self.timeout_s as f64, 1.0, 86_400.0)
-    }
 }
 
 impl Default for EmulatorConfig {
