@@ -11,6 +11,7 @@
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::guest::{self, GuestPlan, GuestSettings};
 use super::image::{self, Image};
@@ -43,13 +44,18 @@ pub fn shares(n: usize, guests: usize) -> Vec<usize> {
         .collect()
 }
 
+/// Measurements this process has made: a second look at the same arms
+/// with the same seed (the A/A check's) would otherwise boot identical
+/// guests and count the same instructions again.
+static MEASUREMENTS: AtomicU64 = AtomicU64::new(0);
+
 /// A guest's seed: QEMU's (the guest kernel's randomness: address-space
 /// layout, TCP sequence numbers, hash seeds) and its block orders. Every
 /// guest of every measurement differs, so samples are perturbed, never
-/// identical repeats.
-fn guest_seed(seed: u64, first_sample: usize, guest: usize) -> u64 {
+/// identical repeats; a command's measurements are the same for a seed.
+fn guest_seed(seed: u64, measurement: u64, first_sample: usize, guest: usize) -> u64 {
     let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
-    for x in [first_sample as u64, guest as u64] {
+    for x in [measurement, first_sample as u64, guest as u64] {
         h = (h ^ x).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         h ^= h >> 31;
     }
@@ -152,6 +158,7 @@ pub fn measure(
     }
     samples.schedule = Some(Schedule::Blocks);
     let first = samples.blocks();
+    let measurement = MEASUREMENTS.fetch_add(1, Ordering::SeqCst);
     let shares = shares(n, guests(e, n));
     on_step(Step {
         block: first + 1,
@@ -175,7 +182,7 @@ pub fn measure(
             .map(|(g, &k)| {
                 let dir = work.path().join(format!("guest-{g}"));
                 let regime = regime.clone();
-                let seed = guest_seed(seed, first, g);
+                let seed = guest_seed(seed, measurement, first, g);
                 scope.spawn(move || {
                     let plan = Job {
                         e,
@@ -422,9 +429,15 @@ mod tests {
     #[test]
     fn every_guest_is_seeded_apart() {
         let seeds: std::collections::HashSet<u64> = (0..4)
-            .flat_map(|f| (0..3).map(move |g| guest_seed(1, f * 6, g)))
+            .flat_map(|f| (0..3).map(move |g| guest_seed(1, 0, f * 6, g)))
             .collect();
         assert_eq!(seeds.len(), 12);
+        assert_ne!(
+            guest_seed(1, 0, 0, 0),
+            guest_seed(1, 1, 0, 0),
+            "a second look differs"
+        );
+        assert_eq!(guest_seed(1, 1, 0, 0), guest_seed(1, 1, 0, 0));
     }
 
     #[test]
