@@ -105,9 +105,16 @@ pub fn compare_json_env(
 }
 
 /// A temporary directory holding a harness.toml (with `extra` appended).
+/// It measures in task-clock: these tests are of the host's referee, and
+/// `auto` picks the emulated meter wherever the emulator is set up
+/// (tests/emulated.rs asks for it by `--meter`).
 pub fn temp_workspace(extra: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("harness.toml"), extra).unwrap();
+    std::fs::write(
+        dir.path().join("harness.toml"),
+        format!("[meter]\nevent = \"task-clock\"\n{extra}"),
+    )
+    .unwrap();
     dir
 }
 

@@ -220,7 +220,9 @@ fn pin_self(cores: &[usize]) {
 
 /// The guest's `/init`: mounts what the trial needs (procfs for the gate,
 /// cgroup2 with the cpu and cpuset controllers for the ration), brings up
-/// loopback, runs ratchet, and powers off whatever happened. No tmpfs on
+/// loopback, runs ratchet, and powers off whatever happened. TIME_WAIT is
+/// off: guest time never reaches its 60 s, so its table only fills, with
+/// sockets of earlier trials, and overflows. No tmpfs on
 /// /tmp: the root is in memory already, and an arm built in a host
 /// temporary directory is in the image there.
 pub fn init_script() -> String {
@@ -235,6 +237,7 @@ mkdir -p /sys/fs/cgroup
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 echo "+cpu +cpuset" > /sys/fs/cgroup/cgroup.subtree_control
 ip link set lo up
+echo 0 > /proc/sys/net/ipv4/tcp_max_tw_buckets
 stty -F {CHANNEL} raw -echo
 echo "UP $(cat /proc/sys/kernel/osrelease)" > {CHANNEL}
 {RATCHET_PATH} guest {PLAN_PATH}
