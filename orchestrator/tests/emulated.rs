@@ -231,12 +231,12 @@ fn a_server_that_crashes_the_guest_kernel_is_invalid_and_the_others_are_measured
     assert!(r["trials"][0][5]["cost_per_connection"].as_f64().is_some());
 }
 
-fn compare_error(config: &str, meter: &str) -> String {
-    let ws = workspace(config);
+fn emulated_compare_error(emulator_keys: &str) -> String {
+    let ws = workspace(emulator_keys);
     let out = Command::new(ratchet())
         .arg("--config")
         .arg(ws.path().join("harness.toml"))
-        .args(["compare", "--meter", meter, "treatment", "control"])
+        .args(["compare", "--meter", "emulated", "treatment", "control"])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -246,12 +246,12 @@ fn compare_error(config: &str, meter: &str) -> String {
 #[test]
 fn a_missing_emulator_under_meter_emulated_is_an_error_never_a_fallback() {
     let _g = exclusive();
-    let err = compare_error("qemu = \"/nonexistent/qemu-system-x86_64\"\n", "emulated");
+    let err = emulated_compare_error("qemu = \"/nonexistent/qemu-system-x86_64\"\n");
     assert!(
         err.contains("emulator.qemu") && err.contains("/nonexistent/qemu-system-x86_64"),
         "{err}"
     );
-    let err = compare_error("kernel = \"/nonexistent/vmlinuz\"\n", "emulated");
+    let err = emulated_compare_error("kernel = \"/nonexistent/vmlinuz\"\n");
     assert!(
         err.contains("emulator.kernel") && err.contains("scripts/setup.sh"),
         "{err}"
@@ -261,7 +261,7 @@ fn a_missing_emulator_under_meter_emulated_is_an_error_never_a_fallback() {
 #[test]
 fn a_bad_emulator_setting_is_named_with_its_range() {
     let _g = exclusive();
-    let err = compare_error("quota_us = 10\n", "emulated");
+    let err = emulated_compare_error("quota_us = 10\n");
     assert!(
         err.contains("emulator.quota_us") && err.contains("1000"),
         "{err}"
