@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+use crate::agent::config::AgentsConfig;
 use crate::bench::contract::Contract;
 use crate::bench::emulated::EmulatorConfig;
 use crate::bench::meter::MeterConfig;
@@ -30,70 +31,6 @@ pub struct Config {
     pub run: RunConfig,
     pub search: crate::agent::search::SearchConfig,
     pub agents: AgentsConfig,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AgentsConfig {
-    pub openai: ApiAgentConfig,
-    pub anthropic: ApiAgentConfig,
-    pub command: CommandAgentConfig,
-}
-
-/// An API agent. Unset fields take the protocol's defaults (see
-/// [`crate::agent::llm::Protocol`]). The key is read from the environment
-/// variable named by `api_key_env` at call time, never stored.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ApiAgentConfig {
-    pub base_url: Option<String>,
-    pub model: Option<String>,
-    pub api_key_env: Option<String>,
-    pub timeout_s: u64,
-    pub max_retries: u32,
-    pub backoff_ms: u64,
-    pub repair_rounds: u32,
-    pub max_tokens: u32,
-    /// US dollars per million input and output tokens, for the cost limit.
-    pub price_input_per_mtok: Option<f64>,
-    pub price_output_per_mtok: Option<f64>,
-}
-
-impl Default for ApiAgentConfig {
-    fn default() -> Self {
-        Self {
-            base_url: None,
-            model: None,
-            api_key_env: None,
-            timeout_s: 180,
-            max_retries: 3,
-            backoff_ms: 1000,
-            repair_rounds: 2,
-            max_tokens: 8192,
-            price_input_per_mtok: None,
-            price_output_per_mtok: None,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CommandAgentConfig {
-    /// argv template; `{prompt_file}` and `{prompt}` are substituted.
-    pub argv: Vec<String>,
-    pub timeout_s: u64,
-    /// Extra environment variables the CLI may see (for example its own key).
-    pub pass_env: Vec<String>,
-}
-
-impl Default for CommandAgentConfig {
-    fn default() -> Self {
-        Self {
-            argv: vec!["claude".into(), "-p".into(), "{prompt}".into()],
-            timeout_s: 900,
-            pass_env: vec![],
-        }
-    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

@@ -9,8 +9,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{prompt, reply, Agent, AgentFailure, ProposalContext, Proposed, Usage};
+use crate::agent::budget::{Budget, Tokens};
+use crate::agent::config::CommandAgentConfig;
 use crate::bench::build::run_bounded;
-use crate::config::CommandAgentConfig;
 
 pub struct CommandAgent {
     config: CommandAgentConfig,
@@ -47,7 +48,12 @@ impl Agent for CommandAgent {
         };
         let scratch = tempfile::tempdir()?;
         let prompt_file = scratch.path().join("prompt.md");
-        let text = prompt::build(ctx, FORMAT);
+        let budget = self.config.context_tokens.map(|t| Budget {
+            tokens: t as usize,
+            counter: Tokens::CONSERVATIVE,
+        });
+        let text = prompt::build(ctx, FORMAT, budget.as_ref())
+            .map_err(|o| unavailable(format!("not started: {o}")))?;
         std::fs::write(&prompt_file, &text)?;
         let expand = |a: &String| {
             a.replace("{prompt_file}", &prompt_file.display().to_string())
@@ -140,6 +146,7 @@ mod tests {
             ],
             timeout_s,
             pass_env: vec![],
+            context_tokens: None,
         })
     }
 

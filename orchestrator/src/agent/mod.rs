@@ -2,14 +2,18 @@
 //! agent sits behind one trait, and every proposal reduces to search/replace
 //! edits or, for a coding-agent CLI, to whatever it changed in the worktree.
 
+pub mod budget;
 pub mod command;
+pub mod config;
 pub mod edit;
 pub mod llm;
 pub mod param;
 pub mod playbook;
 pub mod prompt;
 pub mod reply;
+pub mod sample;
 pub mod search;
+pub mod structured;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -251,8 +255,22 @@ impl std::fmt::Display for AgentFailure {
 
 impl std::error::Error for AgentFailure {}
 
+/// One reply of a model and what became of it, kept so that a reader can
+/// see what a real model answered.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Round {
+    pub reply: String,
+    /// `unparsed`, `not_applied` or `usable`.
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
 pub trait Agent {
     fn name(&self) -> &str;
+    /// The replies behind the last proposal, for agents that talk to a model.
+    fn rounds(&self) -> &[Round] {
+        &[]
+    }
     /// Whether the agent proposes its own retries from the measured
     /// outcomes; for one that does not, the loop retries promising and
     /// near-zero ideas after keeps.
@@ -276,10 +294,15 @@ pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
     // Whatever the configuration names as a key is redacted from every log
     // ratchet keeps, whatever the variable is called.
     crate::bench::secrets::register(
-        [&config.agents.openai, &config.agents.anthropic]
-            .iter()
-            .filter_map(|a| a.api_key_env.clone())
-            .chain(config.agents.command.pass_env.iter().cloned()),
+        [
+            &config.agents.openai,
+            &config.agents.anthropic,
+            &config.agents.local,
+        ]
+        .iter()
+        .filter_map(|a| a.api_key_env.clone())
+        .filter(|name| !name.is_empty())
+        .chain(config.agents.command.pass_env.iter().cloned()),
     );
     Ok(match name {
         "playbook" => {
@@ -291,14 +314,23 @@ pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
             ))
         }
         "openai" => Box::new(llm::LlmAgent::new(
+            name,
             llm::Protocol::OpenAi,
             config.agents.openai.clone(),
         )?),
         "anthropic" => Box::new(llm::LlmAgent::new(
+            name,
             llm::Protocol::Anthropic,
             config.agents.anthropic.clone(),
         )?),
+        "local" => Box::new(llm::LlmAgent::new(
+            name,
+            llm::Protocol::OpenAi,
+            config.agents.local.clone(),
+        )?),
         "command" => Box::new(command::CommandAgent::new(config.agents.command.clone())),
-        other => bail!("unknown agent {other:?}: expected playbook, openai, anthropic or command"),
+        other => {
+            bail!("unknown agent {other:?}: expected playbook, openai, anthropic, local or command")
+        }
     })
 }

@@ -57,9 +57,6 @@ pub fn parse(text: &str) -> Result<Reply> {
                     Err(_) => bail!("line {}: STACK names attempt numbers, got {part:?}", n + 1),
                 }
             }
-            if stack.len() < 2 {
-                bail!("line {}: a STACK names at least two attempts", n + 1);
-            }
         } else if let Some(k) = trimmed.strip_prefix("RETRY:") {
             let k = k.trim().trim_start_matches('#');
             retry = Some(k.parse().map_err(|_| {
@@ -108,31 +105,37 @@ pub fn parse(text: &str) -> Result<Reply> {
             });
         }
     }
-    if !stack.is_empty() || retry.is_some() {
-        if !stack.is_empty() && retry.is_some() {
-            bail!("a reply is a STACK or a RETRY, not both");
-        }
-        return Ok(Reply {
-            hypothesis: hypothesis.unwrap_or_default(),
-            category,
-            edits,
-            stack,
-            retry,
-        });
-    }
-    let Some(hypothesis) = hypothesis.filter(|h| !h.is_empty()) else {
-        bail!("the reply has no `HYPOTHESIS: ...` line");
-    };
-    if edits.is_empty() {
-        bail!("the reply has no search/replace block");
-    }
-    Ok(Reply {
-        hypothesis,
+    Reply {
+        hypothesis: hypothesis.unwrap_or_default(),
         category,
         edits,
         stack,
         retry,
-    })
+    }
+    .checked()
+}
+
+impl Reply {
+    /// A reply is a STACK, a RETRY, or a hypothesis with edits; whatever
+    /// format it came in.
+    pub fn checked(self) -> Result<Reply> {
+        if !self.stack.is_empty() && self.retry.is_some() {
+            bail!("a reply is a STACK or a RETRY, not both");
+        }
+        if !self.stack.is_empty() && self.stack.len() < 2 {
+            bail!("a STACK names at least two attempts");
+        }
+        if !self.stack.is_empty() || self.retry.is_some() {
+            return Ok(self);
+        }
+        if self.hypothesis.trim().is_empty() {
+            bail!("the reply has no hypothesis");
+        }
+        if self.edits.is_empty() {
+            bail!("the reply has no search/replace edit");
+        }
+        Ok(self)
+    }
 }
 
 #[cfg(test)]
@@ -178,7 +181,7 @@ mod tests {
         assert!(parse("no format at all")
             .unwrap_err()
             .to_string()
-            .contains("HYPOTHESIS"));
+            .contains("hypothesis"));
         assert!(parse("HYPOTHESIS: x\n")
             .unwrap_err()
             .to_string()

@@ -17,6 +17,7 @@ use crate::review::{ablate, log as history, progress, replay, report, sweep};
 use crate::{doctor, run};
 
 mod measure;
+mod propose;
 use measure::{MeasureArgs, TrialArgs};
 
 #[derive(Parser)]
@@ -53,6 +54,8 @@ enum Command {
     Ablate(AblateArgs),
     /// Cost, throughput and p99 latency against connections in flight, per arm.
     Sweep(SweepArgs),
+    /// Ask an agent for proposals on the current treatment and build them, measuring nothing.
+    Propose(propose::ProposeArgs),
     /// Inside an emulated guest: measure the plan the host wrote (internal).
     #[command(hide = true)]
     Guest { plan: PathBuf },
@@ -145,7 +148,8 @@ struct LogArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Agent: playbook (offline default), openai, anthropic, command.
+    /// Agent: playbook (offline default), openai, anthropic, local (the
+    /// model server of `scripts/local-model.sh`), command.
     #[arg(long)]
     agent: Option<String>,
     /// Continue a stopped or interrupted run.
@@ -533,6 +537,7 @@ pub fn dispatch(cli: &Cli) -> Result<()> {
         Command::Replay(args) => replay(cli, args),
         Command::Ablate(args) => ablate(cli, args),
         Command::Sweep(args) => sweep(cli, args),
+        Command::Propose(args) => propose::propose(&cli.config, args),
         Command::Guest { plan } => crate::bench::emulated::guest::run(plan),
     }
 }

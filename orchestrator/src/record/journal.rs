@@ -11,7 +11,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::agent::{Origin, Usage};
+use crate::agent::{Origin, Round, Usage};
 use crate::bench::environment::Fingerprint;
 use crate::bench::meter::MeterEvent;
 use crate::bench::samples::Samples;
@@ -126,6 +126,9 @@ pub struct AttemptRecord {
     pub control_drift: Option<f64>,
     pub durations: Durations,
     pub usage: Option<Usage>,
+    /// What the model answered, round by round, for API agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replies: Vec<Round>,
     pub started_at: String,
     pub finished_at: String,
 }

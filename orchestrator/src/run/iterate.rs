@@ -203,6 +203,7 @@ impl Loop<'_> {
             control_drift: None,
             durations: Durations::default(),
             usage: None,
+            replies: vec![],
             started_at: now_utc(),
             finished_at: String::new(),
         };
@@ -246,6 +247,7 @@ impl Loop<'_> {
         let t = Instant::now();
         let git_before = GitDirSnapshot::take(&self.git)?;
         let tree_before = MainTreeSnapshot::take(&self.session.workspace.root)?;
+        let asked = forced.is_none();
         let proposed = match forced {
             Some(LoopMove::Stack(parts)) => Ok(Proposed::Stack { parts, usage: None }),
             Some(LoopMove::Retry(of)) => Ok(Proposed::Retry { of, usage: None }),
@@ -264,6 +266,9 @@ impl Loop<'_> {
             }
         };
         record.durations.propose_s = t.elapsed().as_secs_f64();
+        if asked {
+            record.replies = self.agent.rounds().to_vec();
+        }
         let mut tampering: Vec<String> = git_before
             .restore(&self.git)?
             .into_iter()

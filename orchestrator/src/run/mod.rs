@@ -13,7 +13,7 @@ mod aa;
 mod iterate;
 mod moves;
 mod recover;
-mod scope;
+pub mod scope;
 mod search;
 mod stop;
 mod summary;
