@@ -66,7 +66,7 @@ start() {
 	local port
 	port="$(port_of "$@")"
 	for _ in $(seq 1 120); do
-		if grep -q '^READY' "$LOG" && curl -sf "http://127.0.0.1:$port/health" >/dev/null; then
+		if grep -q '^READY' "$LOG" && "$VENV/bin/python" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null; then
 			say "$(grep '^READY' "$LOG")"
 			return
 		fi

@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--alias", default="smollm2", help="the model name it answers to")
     ap.add_argument("--api-key", help="require this key (default: none)")
+    ap.add_argument("--n-predict", type=int, default=1024,
+                    help="most tokens a reply may take when the request sets no limit")
     args = ap.parse_args()
 
     import xllamacpp
@@ -42,6 +44,7 @@ def main():
     p.hostnames = ["127.0.0.1"]
     p.port = args.port
     p.n_ctx = args.ctx
+    p.n_predict = args.n_predict
     p.n_parallel = 1
     p.cpuparams.n_threads = args.threads
     p.cpuparams_batch.n_threads = args.threads

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentsConfig {
     pub openai: ApiAgentConfig,
@@ -13,17 +13,6 @@ pub struct AgentsConfig {
     /// has a real model to run the loop with.
     pub local: ApiAgentConfig,
     pub command: CommandAgentConfig,
-}
-
-impl Default for AgentsConfig {
-    fn default() -> Self {
-        Self {
-            openai: ApiAgentConfig::default(),
-            anthropic: ApiAgentConfig::default(),
-            local: ApiAgentConfig::local(),
-            command: CommandAgentConfig::default(),
-        }
-    }
 }
 
 /// How an API agent asks for its reply.
@@ -41,23 +30,23 @@ pub enum ReplyFormat {
     Text,
 }
 
-/// An API agent. Unset fields take the protocol's defaults (see
-/// [`crate::agent::llm::Protocol`]). The key is read from the environment
+/// An API agent. Unset fields take the agent's defaults (see
+/// [`crate::agent::llm::protocol::Defaults`]). The key is read from the environment
 /// variable named by `api_key_env` at call time, never stored; an empty
 /// name sends no key, for local servers that ask for none.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiAgentConfig {
     pub base_url: Option<String>,
     pub model: Option<String>,
     pub api_key_env: Option<String>,
-    pub timeout_s: u64,
-    pub max_retries: u32,
-    pub backoff_ms: u64,
-    pub repair_rounds: u32,
+    pub timeout_s: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub backoff_ms: Option<u64>,
+    pub repair_rounds: Option<u32>,
     /// The most the reply may take; where the context window is known, the
     /// reply gets at most an eighth of it and the prompt the rest.
-    pub max_tokens: u32,
+    pub max_tokens: Option<u32>,
     /// The model's context window in tokens. Unset: asked of the server's
     /// model list where it says (llama.cpp, vLLM, LM Studio), else unbounded
     /// until the server refuses a prompt as too long.
@@ -71,46 +60,6 @@ pub struct ApiAgentConfig {
     /// US dollars per million input and output tokens, for the cost limit.
     pub price_input_per_mtok: Option<f64>,
     pub price_output_per_mtok: Option<f64>,
-}
-
-impl Default for ApiAgentConfig {
-    fn default() -> Self {
-        Self {
-            base_url: None,
-            model: None,
-            api_key_env: None,
-            timeout_s: 180,
-            max_retries: 3,
-            backoff_ms: 1000,
-            repair_rounds: 2,
-            max_tokens: 8192,
-            context_tokens: None,
-            reply_format: ReplyFormat::Auto,
-            temperature: None,
-            seed: None,
-            price_input_per_mtok: None,
-            price_output_per_mtok: None,
-        }
-    }
-}
-
-impl ApiAgentConfig {
-    /// The server `scripts/local-model.sh start` runs: llama.cpp on one CPU
-    /// thread, which reads a 6k-token prompt in about a minute, hence the
-    /// long timeout; no key, no price.
-    fn local() -> Self {
-        Self {
-            base_url: Some("http://127.0.0.1:8089/v1".into()),
-            model: Some("smollm2".into()),
-            api_key_env: Some(String::new()),
-            timeout_s: 900,
-            max_retries: 2,
-            max_tokens: 1024,
-            price_input_per_mtok: Some(0.0),
-            price_output_per_mtok: Some(0.0),
-            ..Self::default()
-        }
-    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

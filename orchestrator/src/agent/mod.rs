@@ -291,8 +291,39 @@ pub trait Agent {
 
 /// The agent a run names: the configuration picks the backend by name.
 pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
-    // Whatever the configuration names as a key is redacted from every log
-    // ratchet keeps, whatever the variable is called.
+    register_secrets(config);
+    Ok(match name {
+        "playbook" => {
+            let dir = config.paths.knowledge_base.join("playbook");
+            Box::new(playbook::Playbook::new(
+                playbook::load(&dir)?,
+                config.search.clone(),
+                config.compare.threshold,
+            ))
+        }
+        "openai" | "anthropic" | "local" => Box::new(api_agent(name, config)?),
+        "command" => Box::new(command::CommandAgent::new(config.agents.command.clone())),
+        other => {
+            bail!("unknown agent {other:?}: expected playbook, openai, anthropic, local or command")
+        }
+    })
+}
+
+/// An API agent by name: `openai`, `anthropic` or `local`.
+pub fn api_agent(name: &str, config: &Config) -> Result<llm::LlmAgent> {
+    register_secrets(config);
+    let (protocol, section) = match name {
+        "openai" => (llm::Protocol::OpenAi, &config.agents.openai),
+        "anthropic" => (llm::Protocol::Anthropic, &config.agents.anthropic),
+        "local" => (llm::Protocol::OpenAi, &config.agents.local),
+        other => bail!("{other:?} is not an API agent: expected openai, anthropic or local"),
+    };
+    llm::LlmAgent::new(name, protocol, section.clone())
+}
+
+/// Whatever the configuration names as a key is redacted from every log
+/// ratchet keeps, whatever the variable is called.
+fn register_secrets(config: &Config) {
     crate::bench::secrets::register(
         [
             &config.agents.openai,
@@ -304,33 +335,4 @@ pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
         .filter(|name| !name.is_empty())
         .chain(config.agents.command.pass_env.iter().cloned()),
     );
-    Ok(match name {
-        "playbook" => {
-            let dir = config.paths.knowledge_base.join("playbook");
-            Box::new(playbook::Playbook::new(
-                playbook::load(&dir)?,
-                config.search.clone(),
-                config.compare.threshold,
-            ))
-        }
-        "openai" => Box::new(llm::LlmAgent::new(
-            name,
-            llm::Protocol::OpenAi,
-            config.agents.openai.clone(),
-        )?),
-        "anthropic" => Box::new(llm::LlmAgent::new(
-            name,
-            llm::Protocol::Anthropic,
-            config.agents.anthropic.clone(),
-        )?),
-        "local" => Box::new(llm::LlmAgent::new(
-            name,
-            llm::Protocol::OpenAi,
-            config.agents.local.clone(),
-        )?),
-        "command" => Box::new(command::CommandAgent::new(config.agents.command.clone())),
-        other => {
-            bail!("unknown agent {other:?}: expected playbook, openai, anthropic, local or command")
-        }
-    })
 }

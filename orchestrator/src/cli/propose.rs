@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::agent::config::ReplyFormat;
 use crate::agent::sample::{self, Sample};
-use crate::agent::{make_agent, ProposalContext};
+use crate::agent::{api_agent, make_agent, ProposalContext};
 use crate::bench::{build, session};
 use crate::config::Config;
 use crate::files::write_atomic;
@@ -29,6 +29,10 @@ pub struct ProposeArgs {
     /// Write every sample and the shares as JSON to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Only build the API agent's prompt for its context window and print
+    /// its size by the server's tokenizer, as JSON; send nothing.
+    #[arg(long)]
+    prompt_only: bool,
 }
 
 fn parse_format(s: &str) -> Result<ReplyFormat, String> {
@@ -55,6 +59,13 @@ pub fn propose(config_path: &Path, args: &ProposeArgs) -> Result<()> {
     let treatment = root.join(&config.paths.treatment);
     let prefix = config.paths.treatment.display().to_string();
     let ctx = context(&root, &config, &treatment, &prefix)?;
+    if args.prompt_only {
+        let preview = api_agent(&args.agent, &config)?
+            .preview(&ctx)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!("{}", serde_json::to_string_pretty(&preview)?);
+        return Ok(());
+    }
     let cache = build::cache_dir()?;
     let mut samples: Vec<Sample> = vec![];
     let base = config.agents.local.seed.unwrap_or(0);

@@ -341,14 +341,20 @@ fn same_meter(
 /// Runs the loop, new or resumed. An error is a failure of ratchet itself,
 /// an interrupt, or an [`Undecided`] run, each recorded in `run.json` first.
 pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()> {
-    let agent_name = options
-        .agent
-        .clone()
-        .unwrap_or_else(|| config.run.agent.clone());
     let session = Session::open(config_path, config, "run")?;
     let root = session.workspace.root.clone();
     let cfg = session.config().clone();
     let results = root.join(&cfg.paths.results);
+    // A resumed run keeps the agent it was started with, unless told otherwise.
+    let recorded_agent = match &options.resume {
+        Some(id) => Some(Journal::open(&results, id)?.1.agent),
+        None => None,
+    };
+    let agent_name = options
+        .agent
+        .clone()
+        .or(recorded_agent)
+        .unwrap_or_else(|| cfg.run.agent.clone());
     let kb = knowledge::at(&root, &cfg.paths.knowledge_base, &cfg.paths.lessons);
     let mut agent_config = cfg.clone();
     agent_config.paths.knowledge_base = root.join(&cfg.paths.knowledge_base);

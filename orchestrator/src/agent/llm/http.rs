@@ -36,7 +36,7 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(protocol: Protocol, settings: Settings) -> anyhow::Result<Self> {
         let client = reqwest::blocking::Client::builder()
-            .timeout(Duration::from_secs(settings.rest.timeout_s))
+            .timeout(Duration::from_secs(settings.timeout_s))
             .build()?;
         Ok(Self {
             protocol,
@@ -73,7 +73,7 @@ impl Endpoint {
     ) -> Result<Answer, Trouble> {
         let url = format!("{}{}", self.settings.base(), self.protocol.path());
         let body = self.protocol.body(&self.settings, request);
-        let rest = &self.settings.rest;
+        let rest = &self.settings;
         let mut last = String::new();
         for attempt in 0..=rest.max_retries {
             if attempt > 0 {

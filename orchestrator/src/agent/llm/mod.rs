@@ -21,7 +21,7 @@ use crate::agent::config::{ApiAgentConfig, ReplyFormat};
 use crate::agent::edit;
 use http::{Endpoint, Trouble};
 pub use protocol::Protocol;
-use protocol::{Answer, Message, Request, Settings};
+use protocol::{Answer, Defaults, Message, Request, Settings};
 
 const SYSTEM: &str = "You are an expert in Linux networking, io_uring and C performance. \
                       You propose exactly one measurable optimization per reply, in the requested format.";
@@ -53,10 +53,45 @@ pub struct LlmAgent {
     rounds: Vec<Round>,
 }
 
+/// See [`LlmAgent::preview`].
+#[derive(Debug, serde::Serialize)]
+pub struct Preview {
+    pub window: Option<usize>,
+    pub reply_tokens: usize,
+    /// By the server's tokenizer; `None` where it has none.
+    pub prompt_tokens: Option<usize>,
+    /// Whether any optional part was cut.
+    pub cut: bool,
+    pub prompt: String,
+}
+
 /// A repair round's extra turns: the unusable reply and why.
 struct Repair {
     reply: String,
     request: String,
+}
+
+impl Repair {
+    /// This repair, then with the unusable reply shortened, then without
+    /// it: in a small window the prompt, the reply and the request may not
+    /// fit together, and the request alone says what was wrong.
+    fn shorter(&self) -> Vec<Repair> {
+        let cut: String = self.reply.chars().take(REPAIR_ERROR_CHARS).collect();
+        vec![
+            Repair {
+                reply: self.reply.clone(),
+                request: self.request.clone(),
+            },
+            Repair {
+                reply: format!("{cut}\n[... cut]"),
+                request: self.request.clone(),
+            },
+            Repair {
+                reply: "[reply omitted]".into(),
+                request: self.request.clone(),
+            },
+        ]
+    }
 }
 
 impl LlmAgent {
@@ -68,7 +103,10 @@ impl LlmAgent {
         };
         Ok(Self {
             name: name.into(),
-            endpoint: Endpoint::new(protocol, Settings::resolve(protocol, config))?,
+            endpoint: Endpoint::new(
+                protocol,
+                Settings::resolve(Defaults::of(name, protocol), config),
+            )?,
             json,
             window: None,
             counter: None,
@@ -149,7 +187,7 @@ impl LlmAgent {
         key: Option<&str>,
         repair: Option<&Repair>,
     ) -> Result<(String, usize), String> {
-        let max_reply = self.endpoint.settings.rest.max_tokens as usize;
+        let max_reply = self.endpoint.settings.max_tokens as usize;
         let Some(window) = self.window(key) else {
             let whole = prompt::build(ctx, self.format(), None).map_err(|o| o.to_string())?;
             return Ok((whole, max_reply));
@@ -158,7 +196,7 @@ impl LlmAgent {
             let counter = self.counter(ctx, key);
             let base = counter.count(SYSTEM) + 2 * PER_TURN;
             let (reply, _) = budget::split(window, max_reply, 0);
-            let reserved = (self.endpoint.settings.rest.repair_rounds > 0)
+            let reserved = (self.endpoint.settings.repair_rounds > 0)
                 .then_some(reply + REPAIR_TOKENS + 2 * PER_TURN);
             let actual =
                 repair.map(|r| counter.count(&r.reply) + counter.count(&r.request) + 2 * PER_TURN);
@@ -208,14 +246,24 @@ impl LlmAgent {
         };
         let mut recuts = 0;
         loop {
-            let (prompt, max_tokens) = self
-                .fitted(ctx, key, repair)
-                .map_err(|m| unavailable(format!("not sent: {m}"), usage))?;
+            let variants =
+                repair.map_or(vec![None], |r| r.shorter().into_iter().map(Some).collect());
+            let mut fitted = Err(String::new());
+            let mut repair = None;
+            for v in variants {
+                fitted = self.fitted(ctx, key, v.as_ref());
+                repair = v;
+                if fitted.is_ok() {
+                    break;
+                }
+            }
+            let (prompt, max_tokens) =
+                fitted.map_err(|m| unavailable(format!("not sent: {m}"), usage))?;
             let mut messages = vec![Message {
                 role: "user",
                 content: prompt,
             }];
-            if let Some(r) = repair {
+            if let Some(r) = &repair {
                 messages.push(Message {
                     role: "assistant",
                     content: r.reply.clone(),
@@ -273,6 +321,20 @@ impl LlmAgent {
                 }
             }
         }
+    }
+
+    /// The prompt the next proposal would send, without sending it: its
+    /// size by the server's own count where it has one, and the window.
+    pub fn preview(&mut self, ctx: &ProposalContext) -> Result<Preview, String> {
+        let key = self.key().map_err(|f| f.to_string())?;
+        let (prompt, reply_tokens) = self.fitted(ctx, key.as_deref(), None)?;
+        Ok(Preview {
+            window: self.window.flatten(),
+            reply_tokens,
+            prompt_tokens: self.endpoint.tokenize(key.as_deref(), &prompt),
+            cut: prompt.contains("omitted to fit the model's context window"),
+            prompt,
+        })
     }
 
     fn priced(&self, a: &Answer) -> Usage {
@@ -360,7 +422,7 @@ impl Agent for LlmAgent {
                 ),
                 Err(e) => format!("{e:#}"),
             };
-            if round == self.endpoint.settings.rest.repair_rounds {
+            if round == self.endpoint.settings.repair_rounds {
                 return Err(AgentFailure::Malformed {
                     message: format!("after {round} repair rounds ({sent} requests): {why}"),
                     usage,

@@ -12,29 +12,56 @@ pub enum Protocol {
     Anthropic,
 }
 
-impl Protocol {
-    /// (base URL, model, key variable, input price, output price)
-    fn defaults(self) -> (&'static str, &'static str, &'static str, f64, f64) {
-        match self {
-            Protocol::OpenAi => (
-                "https://api.openai.com/v1",
-                "gpt-4o",
-                "OPENAI_API_KEY",
-                2.5,
-                10.0,
-            ),
-            Protocol::Anthropic => (
-                "https://api.anthropic.com",
-                "claude-sonnet-4-5",
-                "ANTHROPIC_API_KEY",
-                3.0,
-                15.0,
-            ),
+/// What an API agent uses where its section leaves a field unset.
+pub struct Defaults {
+    pub base_url: &'static str,
+    pub model: &'static str,
+    pub api_key_env: &'static str,
+    pub price_input_per_mtok: f64,
+    pub price_output_per_mtok: f64,
+    pub timeout_s: u64,
+    pub max_tokens: u32,
+}
+
+impl Defaults {
+    /// The hosted service of each protocol, and for the agent named
+    /// `local` the server `scripts/local-model.sh start` runs: llama.cpp on
+    /// one CPU thread, which reads a 6k-token prompt in about a minute,
+    /// hence the long timeout; no key, no price.
+    pub fn of(name: &str, protocol: Protocol) -> Self {
+        match (name, protocol) {
+            ("local", _) => Self {
+                base_url: "http://127.0.0.1:8089/v1",
+                model: "smollm2",
+                api_key_env: "",
+                price_input_per_mtok: 0.0,
+                price_output_per_mtok: 0.0,
+                timeout_s: 900,
+                max_tokens: 1024,
+            },
+            (_, Protocol::OpenAi) => Self {
+                base_url: "https://api.openai.com/v1",
+                model: "gpt-4o",
+                api_key_env: "OPENAI_API_KEY",
+                price_input_per_mtok: 2.5,
+                price_output_per_mtok: 10.0,
+                timeout_s: 180,
+                max_tokens: 8192,
+            },
+            (_, Protocol::Anthropic) => Self {
+                base_url: "https://api.anthropic.com",
+                model: "claude-sonnet-4-5",
+                api_key_env: "ANTHROPIC_API_KEY",
+                price_input_per_mtok: 3.0,
+                price_output_per_mtok: 15.0,
+                timeout_s: 180,
+                max_tokens: 8192,
+            },
         }
     }
 }
 
-/// An [`ApiAgentConfig`] with the protocol's defaults filled in.
+/// An [`ApiAgentConfig`] with the agent's defaults filled in.
 pub struct Settings {
     pub base_url: String,
     pub model: String,
@@ -42,18 +69,30 @@ pub struct Settings {
     pub api_key_env: String,
     pub price_input_per_mtok: f64,
     pub price_output_per_mtok: f64,
+    pub timeout_s: u64,
+    pub max_retries: u32,
+    pub backoff_ms: u64,
+    pub repair_rounds: u32,
+    pub max_tokens: u32,
     pub rest: ApiAgentConfig,
 }
 
 impl Settings {
-    pub fn resolve(protocol: Protocol, c: ApiAgentConfig) -> Self {
-        let (url, model, key, pin, pout) = protocol.defaults();
+    pub fn resolve(d: Defaults, c: ApiAgentConfig) -> Self {
         Self {
-            base_url: c.base_url.clone().unwrap_or_else(|| url.into()),
-            model: c.model.clone().unwrap_or_else(|| model.into()),
-            api_key_env: c.api_key_env.clone().unwrap_or_else(|| key.into()),
-            price_input_per_mtok: c.price_input_per_mtok.unwrap_or(pin),
-            price_output_per_mtok: c.price_output_per_mtok.unwrap_or(pout),
+            base_url: c.base_url.clone().unwrap_or_else(|| d.base_url.into()),
+            model: c.model.clone().unwrap_or_else(|| d.model.into()),
+            api_key_env: c
+                .api_key_env
+                .clone()
+                .unwrap_or_else(|| d.api_key_env.into()),
+            price_input_per_mtok: c.price_input_per_mtok.unwrap_or(d.price_input_per_mtok),
+            price_output_per_mtok: c.price_output_per_mtok.unwrap_or(d.price_output_per_mtok),
+            timeout_s: c.timeout_s.unwrap_or(d.timeout_s),
+            max_retries: c.max_retries.unwrap_or(3),
+            backoff_ms: c.backoff_ms.unwrap_or(1000),
+            repair_rounds: c.repair_rounds.unwrap_or(2),
+            max_tokens: c.max_tokens.unwrap_or(d.max_tokens),
             rest: c,
         }
     }
@@ -180,7 +219,16 @@ impl Protocol {
                     .iter()
                     .filter_map(|b| b["text"].as_str())
                     .collect(),
-                input_tokens: body["usage"]["input_tokens"].as_u64().unwrap_or(0),
+                // The Messages API counts tokens read from or written to
+                // its prompt cache apart from `input_tokens`; all were sent.
+                input_tokens: [
+                    "input_tokens",
+                    "cache_read_input_tokens",
+                    "cache_creation_input_tokens",
+                ]
+                .iter()
+                .filter_map(|k| body["usage"][k].as_u64())
+                .sum(),
                 output_tokens: body["usage"]["output_tokens"].as_u64().unwrap_or(0),
                 truncated: body["stop_reason"] == "max_tokens",
             }),
@@ -288,7 +336,10 @@ mod tests {
         let body = json!({"choices": [{"message": {"content": "HYPO"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": 8}});
         let a = Protocol::OpenAi.extract(&body).unwrap();
         assert!(a.truncated && a.output_tokens == 8);
-        let body = json!({"content": [{"type": "text", "text": "x"}], "stop_reason": "max_tokens", "usage": {}});
-        assert!(Protocol::Anthropic.extract(&body).unwrap().truncated);
+        let body = json!({"content": [{"type": "text", "text": "x"}], "stop_reason": "max_tokens",
+            "usage": {"input_tokens": 1, "cache_read_input_tokens": 40, "output_tokens": 5}});
+        let a = Protocol::Anthropic.extract(&body).unwrap();
+        assert!(a.truncated);
+        assert_eq!(a.input_tokens, 41, "cached tokens were sent too");
     }
 }
