@@ -380,6 +380,21 @@ fn a_server_stopped_mid_run_gives_agent_errors_and_the_run_resumes() {
         .as_array()
         .unwrap()
         .is_empty());
+    // An agent that gave nothing teaches nothing about the server.
+    let lessons = root.join(format!("knowledge-base/lessons/{id}.jsonl"));
+    let taught: Vec<u64> = std::fs::read_to_string(lessons)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["attempt"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        !taught.contains(&2) && !taught.contains(&3),
+        "lessons of agent errors: {taught:?}"
+    );
     let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap());
     assert_eq!(git(&worktree, &["status", "--porcelain"]), "");
 

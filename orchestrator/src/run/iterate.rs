@@ -87,9 +87,10 @@ impl Loop<'_> {
 
     fn record(&mut self, a: AttemptRecord) -> Result<()> {
         self.journal.append_attempt(&a)?;
-        let lesson = super::summary::lesson_of(&self.run.run_id, &a);
-        if let Err(e) = self.kb.record(&lesson) {
-            tracing::warn!("knowledge base not updated: {e:#}");
+        if let Some(lesson) = super::summary::lesson_of(&self.run.run_id, &a) {
+            if let Err(e) = self.kb.record(&lesson) {
+                tracing::warn!("knowledge base not updated: {e:#}");
+            }
         }
         let ratio = a.vs_champion.as_ref().and_then(|c| c.ratio_median);
         let ratio = ratio.map_or(String::new(), |r| format!(" ratio {}", fmt_ratio(Some(r))));

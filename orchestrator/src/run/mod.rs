@@ -370,7 +370,10 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
             let attempts = journal.attempts()?;
             let mut champion = journal.champion()?.context("champion.json is missing")?;
             recover::reconcile(&git, &journal, &attempts, &mut champion)?;
-            kb.sync(id, attempts.iter().map(|a| summary::lesson_of(id, a)))?;
+            kb.sync(
+                id,
+                attempts.iter().filter_map(|a| summary::lesson_of(id, a)),
+            )?;
             say(
                 &bar,
                 format!(

@@ -7,6 +7,7 @@ use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
 use crate::record::knowledge::Lesson;
 use crate::referee::format::{fmt_ci, fmt_comparison, fmt_ratio};
+use crate::referee::verdict::AttemptVerdict;
 
 impl Loop<'_> {
     pub(super) fn history(&self) -> Vec<AttemptSummary> {
@@ -72,11 +73,20 @@ impl Loop<'_> {
     }
 }
 
-pub fn lesson_of(run: &str, a: &AttemptRecord) -> Lesson {
+/// The lesson an attempt teaches, if any: an agent that gave no usable
+/// proposal (`malformed`, `agent_error`) says nothing about the server,
+/// and its line would only take room in every later prompt.
+pub fn lesson_of(run: &str, a: &AttemptRecord) -> Option<Lesson> {
+    if matches!(
+        a.verdict,
+        AttemptVerdict::Malformed | AttemptVerdict::AgentError
+    ) {
+        return None;
+    }
     let meter = a
         .meter
         .map_or("-".to_string(), |m| format!("{} ({})", m.name(), m.unit()));
-    Lesson {
+    Some(Lesson {
         run: run.to_string(),
         attempt: a.number,
         hypothesis: a.hypothesis.clone(),
@@ -89,5 +99,5 @@ pub fn lesson_of(run: &str, a: &AttemptRecord) -> Lesson {
         champion: a.champion.clone(),
         attempt_ref: a.attempt_ref.clone(),
         detail: a.detail.clone(),
-    }
+    })
 }
