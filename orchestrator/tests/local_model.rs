@@ -61,9 +61,19 @@ impl LocalModel {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// SIGTERM, as `scripts/local-model.sh stop` sends it: the server must
+    /// end within seconds even with a request in flight.
     fn stop(&mut self) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        self.child.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                self.child.kill().unwrap();
+                self.child.wait().unwrap();
+                panic!("the model server did not stop on SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
