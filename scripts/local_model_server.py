@@ -3,7 +3,7 @@
 on an OpenAI- and Anthropic-compatible endpoint on 127.0.0.1.
 
 Prints one line `READY <url> ctx=<n> model=<path>` once the model is loaded
-and the server listens, then runs until SIGTERM or SIGINT. One thread by
+and the server listens, then runs until SIGTERM or SIGINT ends it. One thread by
 default: with two on a two-core machine, llama.cpp's spinning workers slow
 generation sixty-fold as soon as anything else runs.
 """
@@ -57,15 +57,13 @@ def main():
     server = xllamacpp.Server(p)
     print(f"READY {server.listening_address} ctx={args.ctx} model={p.model.path}", flush=True)
 
-    stop = threading.Event()
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, lambda *_: stop.set())
-    while not stop.wait(1):
-        pass
-    # llama.cpp's server, destroyed with a request in flight, waits for it
-    # forever; it holds nothing to flush, so the process simply ends.
-    print("stopped", flush=True)
-    os._exit(0)
+    # The default actions end the process in the kernel: a Python handler
+    # needs the interpreter lock, which llama.cpp's threads can hold for as
+    # long as a prompt takes to read, and destroying the server with a
+    # request in flight waits for it forever. It holds nothing to flush.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    threading.Event().wait()
 
 
 if __name__ == "__main__":
