@@ -64,7 +64,7 @@ t0=$(date +%s)
 codex=$("$here/codex-agent.sh" --install 2>>"$out/steps.txt")
 codex_version=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "${codex%/.bin/codex}/@openai/codex/package.json" | head -1)
 log "codex $codex_version at $codex (ready in $(( $(date +%s) - t0 )) s)"
-cp "$here/codex-agent.sh" "$out/codex-agent.sh"   # the wrapper as it was run
+sha256sum "$here/codex-agent.sh" >"$out/codex-agent.sha256"   # which wrapper ran; the script lives in the repository
 
 # The model server.
 if [ -n "${RATCHET_CODEX_BASE_URL:-}" ]; then
@@ -141,7 +141,7 @@ fi
   echo "  at $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), main at $(git -C "$repo" rev-parse --short HEAD), scratch clone at ${head:0:12}"
   echo "  ratchet: $R ($("$R" --version), sha256 $(sha256sum "$R" | cut -c1-16))"
   echo "  model server: $server_cmd; model $MODEL at $base_url${ctx_served:+, context $ctx_served}"
-  echo "  agent: codex-agent.sh (copy here) running codex $codex_version ($codex); harness.toml here"
+  echo "  agent: codex-agent.sh (sha256 in codex-agent.sha256) running codex $codex_version ($codex); harness.toml here"
   echo "  in the scratch clone: ${cmd[*]}"
 } > "$out/command.txt"
 ls "$work/repo/results" > "$work/results-before" 2>/dev/null || true
