@@ -3,7 +3,6 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::agent::config::ReplyFormat;
@@ -131,16 +130,8 @@ fn context(
     treatment: &Path,
     prefix: &str,
 ) -> Result<ProposalContext> {
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(treatment)
-        .with_context(|| format!("cannot read {}", treatment.display()))?
-    {
-        let entry = entry?;
-        let rel = format!("{prefix}/{}", entry.file_name().to_string_lossy());
-        if entry.file_type()?.is_file() && scope::allowed(&config.run.allowed_paths, &rel) {
-            files.insert(rel, std::fs::read_to_string(entry.path())?);
-        }
-    }
+    let files = scope::allowed_files(treatment, prefix, &config.run.allowed_paths)
+        .with_context(|| format!("cannot read {}", treatment.display()))?;
     let kb = knowledge::at(root, &config.paths.knowledge_base, &config.paths.lessons);
     Ok(ProposalContext {
         files,

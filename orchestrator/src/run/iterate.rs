@@ -59,21 +59,12 @@ impl Stages for LoopStages<'_, '_> {
 impl Loop<'_> {
     /// The allowed files of the worktree, by repository-relative path.
     fn allowed_files(&self) -> Result<BTreeMap<String, String>> {
-        let patterns = &self.config().run.allowed_paths;
-        let mut files = BTreeMap::new();
-        let dir = self.treatment_in_worktree();
         let prefix = self.config().paths.treatment.display().to_string();
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            if !entry.file_type()?.is_file() {
-                continue;
-            }
-            let rel = format!("{prefix}/{}", entry.file_name().to_string_lossy());
-            if scope::allowed(patterns, &rel) {
-                files.insert(rel, std::fs::read_to_string(entry.path())?);
-            }
-        }
-        Ok(files)
+        scope::allowed_files(
+            &self.treatment_in_worktree(),
+            &prefix,
+            &self.config().run.allowed_paths,
+        )
     }
 
     fn rules(&self) -> Rules {

@@ -23,6 +23,24 @@ fn segment(p: &[u8], s: &[u8]) -> bool {
     }
 }
 
+/// The files of `dir` (named `prefix/<name>`) that `patterns` allow: what an
+/// agent may read and change.
+pub fn allowed_files(
+    dir: &std::path::Path,
+    prefix: &str,
+    patterns: &[String],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut files = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let rel = format!("{prefix}/{}", entry.file_name().to_string_lossy());
+        if entry.file_type()?.is_file() && allowed(patterns, &rel) {
+            files.insert(rel, std::fs::read_to_string(entry.path())?);
+        }
+    }
+    Ok(files)
+}
+
 pub fn allowed(patterns: &[String], path: &str) -> bool {
     !path
         .split('/')
