@@ -282,6 +282,31 @@ impl RunningServer {
         !self.exited
     }
 
+    /// Stops every process of the server (SIGSTOP) and waits up to `timeout`
+    /// until each thread has stopped: the kernel still completes handshakes
+    /// and queues requests for it, so it finds them waiting when resumed.
+    pub fn pause(&self, timeout: Duration) -> Result<()> {
+        let pids = self.pids();
+        for &pid in &pids {
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+        }
+        let deadline = Instant::now() + timeout;
+        while !pids.iter().all(|&p| procfs::all_threads_stopped(p)) {
+            if Instant::now() > deadline {
+                bail!("the server did not stop within {timeout:?} of SIGSTOP");
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        for pid in self.pids() {
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+
     /// Every process of the server: its cgroup's, or where there is no
     /// cgroup, its process group's.
     fn pids(&self) -> Vec<i32> {
@@ -313,6 +338,12 @@ impl RunningServer {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// The server's CPU time (task-clock, ns) alone: one read, for a
+    /// caller that looks often.
+    pub fn cpu_ns(&mut self) -> Result<u64> {
+        self.counters.task_clock_ns()
     }
 
     /// Every counter, and the cgroup's CPU time, read back to back.

@@ -324,6 +324,10 @@ impl ServerCounters {
         })
     }
 
+    pub fn task_clock_ns(&mut self) -> Result<u64> {
+        Ok(self.task_clock.read()?)
+    }
+
     pub fn read(&mut self) -> Result<MeterReading> {
         let sut_before = self.on_sut.read()?;
         let task_clock_ns = self.task_clock.read()?;

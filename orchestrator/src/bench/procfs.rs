@@ -131,6 +131,26 @@ pub fn cpu_idle_us(cpu: usize) -> Option<u64> {
     Some(ticks * 1_000_000 / hz)
 }
 
+/// Whether every thread of `pid` is stopped by a signal (state `T`), or
+/// the process is gone. io_uring's own threads (`iou-*`) take the stop at
+/// their next look at signals and hold no user work meanwhile, so they do
+/// not count.
+pub fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|t| {
+        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // "tid (comm) S ...": the comm may hold spaces and parentheses.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            return true;
+        };
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        comm.starts_with("iou-")
+            || matches!(rest.trim_start().chars().next(), Some('T' | 't') | None)
+    })
+}
+
 /// True when a process of group `pgid` holds a socket listening on `port`:
 /// the arm's own server, never a stale process that happens to hold the port.
 pub fn group_listens_on(pgid: i32, port: u16) -> bool {
