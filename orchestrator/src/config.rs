@@ -436,13 +436,20 @@ impl Config {
 fn validate_emulator(e: &EmulatorConfig) -> Result<()> {
     range("emulator.vcpus", e.vcpus as f64, 2.0, 64.0)?;
     range("emulator.memory_mb", e.memory_mb as f64, 256.0, 65536.0)?;
-    range("emulator.window_ms", e.window_ms as f64, 10.0, 600_000.0)?;
-    range("emulator.warmup_ms", e.warmup_ms as f64, 0.0, 600_000.0)?;
-    range("emulator.server_share", e.server_share, 0.001, 1.0)?;
-    range("emulator.connections", e.connections as f64, 1.0, 65536.0)?;
-    range("emulator.min_completed", e.min_completed as f64, 1.0, 1e9)?;
-    // The kernel's bounds on a bandwidth quota.
-    range("emulator.quota_us", e.quota_us as f64, 1000.0, 1_000_000.0)?;
+    range("emulator.backlog", e.backlog as f64, 1.0, 4096.0)?;
+    range("emulator.batches", e.batches as f64, 1.0, 1000.0)?;
+    range(
+        "emulator.warmup_batches",
+        e.warmup_batches as f64,
+        0.0,
+        1000.0,
+    )?;
+    range(
+        "emulator.batch_timeout_ms",
+        e.batch_timeout_ms as f64,
+        10.0,
+        600_000.0,
+    )?;
     range(
         "emulator.boot_timeout_s",
         e.boot_timeout_s as f64,

@@ -10,9 +10,9 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A short warm-up: enough for a gate, not for a decision. The
+/// Two batches a trial: enough for a gate, and counts are exact. The
 /// `[emulator]` table is last: a test's bare keys land in it.
-const QUICK_GUEST: &str = "[emulator]\nwarmup_ms = 150\n";
+const QUICK_GUEST: &str = "[emulator]\nbatches = 2\n";
 
 /// A workspace whose `treatment` and `control` are the repository's.
 fn workspace(emulator_keys: &str) -> tempfile::TempDir {
@@ -118,7 +118,11 @@ fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
             let completed = t["window_completed"].as_u64().unwrap();
             let expected = server as f64 / completed as f64;
             assert!((cost - expected).abs() <= expected * 1e-12, "{t}");
-            assert!(t["emulated"]["generator"].as_u64().unwrap() > server, "{t}");
+            let (generator, guest) = (
+                t["emulated"]["generator"].as_u64().unwrap(),
+                t["emulated"]["guest"].as_u64().unwrap(),
+            );
+            assert!(generator > 0 && guest == server + generator, "{t}");
             assert!(
                 t["slice_costs"].as_array().unwrap().is_empty(),
                 "guest ns are not instructions"
@@ -210,14 +214,14 @@ fn a_server_that_idles_in_the_guest_is_reported_not_busy() {
     let r = report(&compare("", &[&ok, &bursty], 6, &[]));
     assert_eq!(r["regime"]["regime"], "saturated", "{}", r["regime"]);
     assert_eq!(r["arms"][0]["unsaturated_samples"], 0, "{}", r["arms"]);
-    // Each guest is seeded apart, and a bursty server's naps sometimes fall
-    // between the quota periods the window counts: at least half, not all,
-    // are flagged (6 of 6 and 4 of 6 seen), and the arm's median share of
-    // throttled periods is far below the 0.9 a busy server shows.
-    let flagged = r["arms"][1]["unsaturated_samples"].as_u64().unwrap();
-    assert!(flagged >= 3, "{flagged} of 6: {}", r["arms"]);
-    let share = r["arms"][1]["throttled_share"].as_f64().unwrap();
-    assert!(share < 0.9, "{share}: {}", r["arms"]);
+    // A bursty server naps 5 ms every five connections while its backlog
+    // waits: every batch shows it, in every guest.
+    assert_eq!(r["arms"][1]["unsaturated_samples"], 6, "{}", r["arms"]);
+    let (busy, honest) = (
+        r["arms"][1]["sut_busy"].as_f64().unwrap(),
+        r["arms"][0]["sut_busy"].as_f64().unwrap(),
+    );
+    assert!(busy < 0.3 && honest > 0.6, "{busy} {honest}: {}", r["arms"]);
     assert_eq!(
         r["comparisons"][0]["verdict"], "invalid",
         "{}",
@@ -268,9 +272,9 @@ fn a_missing_emulator_under_meter_emulated_is_an_error_never_a_fallback() {
 #[test]
 fn a_bad_emulator_setting_is_named_with_its_range() {
     let _g = exclusive();
-    let err = emulated_compare_error("quota_us = 10\n");
+    let err = emulated_compare_error("backlog = 100000\n");
     assert!(
-        err.contains("emulator.quota_us") && err.contains("1000"),
+        err.contains("emulator.backlog") && err.contains("4096"),
         "{err}"
     );
 }

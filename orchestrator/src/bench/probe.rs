@@ -97,6 +97,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
             probe_costs: costs,
             generator_capacity_cps: None,
             probe_warmup_ms: Some(warmup.as_millis() as u64),
+            backlog: None,
             warning: Some(
                 "the probe served no connection: every arm keeps the probe's own allotment".into(),
             ),
@@ -123,6 +124,7 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         probe_costs: costs,
         generator_capacity_cps: Some(capacity),
         probe_warmup_ms: Some(warmup.as_millis() as u64),
+        backlog: None,
         warning: match (start_up, warning) {
             (Some(a), Some(b)) => Some(format!("{a}; {b}")),
             (a, b) => a.or(b),

@@ -151,6 +151,10 @@ pub struct RegimeRecord {
     /// its backlog four times over (`bench/probe.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_warmup_ms: Option<u64>,
+    /// In the emulated meter: the connections queued for each server
+    /// before it ran (`bench/emulated/batch.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<u64>,
     /// Why this measurement may not be in the saturated regime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
@@ -172,6 +176,11 @@ impl RegimeRecord {
 
     /// One line for tables and logs.
     pub fn describe(&self) -> String {
+        if let Some(n) = self.backlog {
+            return format!(
+                "saturated: every server served backlogs of {n} connections, queued while it was stopped"
+            );
+        }
         if self.regime == Regime::Saturated && !self.alone.is_empty() {
             let each: Vec<String> = self
                 .alone

@@ -9,10 +9,11 @@ use rand::SeedableRng;
 
 use crate::bench::arm::Arm;
 use crate::bench::duet;
+use crate::bench::launch::ServerCommand;
 use crate::bench::meter::MeterPlan;
 use crate::bench::probe;
 use crate::bench::samples::{verify, Samples, Step};
-use crate::bench::trial::{run_trial, TrialSettings};
+use crate::bench::trial::{run_trial, Measurement, TrialSettings};
 use crate::config::Schedule;
 
 /// The order of `arms` arms in block `b`. Every block's order is uniformly
@@ -30,6 +31,10 @@ pub fn block_order(arms: usize, b: usize, seed: u64) -> Vec<usize> {
     base.rotate_left(rotations[b % arms.max(1)]);
     base
 }
+
+/// How one arm's sample in a block is taken: the host's timed trial, or
+/// the emulated guest's batches.
+pub type Trial<'a> = &'a dyn Fn(&ServerCommand, &MeterPlan, &TrialSettings) -> Result<Measurement>;
 
 impl Samples {
     /// Measures `samples` more samples of every arm under the schedule of
@@ -55,7 +60,9 @@ impl Samples {
         let settings = &self.regime_settings(settings);
         match settings.schedule {
             Schedule::Duet => duet::run_windows(self, arms, samples, seed, plan, settings, on_step),
-            Schedule::Blocks => self.run_blocks(arms, samples, seed, plan, settings, on_step),
+            Schedule::Blocks => {
+                self.run_blocks(arms, samples, seed, plan, settings, &run_trial, on_step)
+            }
         }
     }
 
@@ -72,14 +79,17 @@ impl Samples {
         s
     }
 
-    /// Runs `blocks` more blocks, in the order [`block_order`] gives.
-    fn run_blocks(
+    /// Runs `blocks` more blocks, in the order [`block_order`] gives, each
+    /// arm's sample taken by `trial`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_blocks(
         &mut self,
         arms: &[Arm],
         blocks: usize,
         seed: u64,
         plan: &MeterPlan,
         settings: &TrialSettings,
+        trial: Trial<'_>,
         on_step: &mut dyn FnMut(Step<'_>),
     ) -> Result<()> {
         let first = self.blocks();
@@ -99,7 +109,7 @@ impl Samples {
                 verify(&arms[i])?;
                 let mut alone = settings.clone();
                 alone.ration = self.regime.as_ref().and_then(|r| r.allotment_of(i));
-                block[i] = Some(run_trial(&arms[i].command, plan, &alone)?);
+                block[i] = Some(trial(&arms[i].command, plan, &alone)?);
                 done += 1;
             }
             self.orders.push(order);

@@ -16,7 +16,6 @@ use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
-use crate::bench::marker::{self, Mark};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::ration::{self, Allotment, SaturationConfig};
@@ -181,24 +180,25 @@ pub struct Measurement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saturated: Option<bool>,
     /// Inside the emulated guest: the sequence numbers of the markers that
-    /// opened and closed the window (see [`crate::bench::marker`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub marks: Option<[u64; 2]>,
+    /// opened and closed each measured window (see [`crate::bench::marker`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<[u64; 2]>,
     /// In an emulated measurement: the window's instructions by where they
     /// ran (the cost is the server's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulated: Option<EmulatedCounts>,
 }
 
-/// Instructions executed in the guest during one window, user and kernel.
+/// Instructions executed in the guest during a trial's windows, user and
+/// kernel.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct EmulatedCounts {
-    /// On the server's vCPU: the cost.
+    /// On the server's vCPU...
     pub server: u64,
-    /// On the generator's vCPUs (the load generator and ratchet itself): a
-    /// diagnostic of the client's share.
+    /// ...and on the others: ratchet's looks at the server, and the part
+    /// of the server's work the guest kernel did there.
     pub generator: u64,
-    /// The whole guest.
+    /// The whole guest: the cost.
     pub guest: u64,
 }
 
@@ -302,7 +302,6 @@ pub fn run_trial(
     let ballast0 = ballast_ns();
     let t0 = Instant::now();
     let m0 = running.read()?;
-    let mark0 = marker::mark(Mark::WindowBegin);
     let l0 = load.snapshot(0);
     load.resume();
     let slices = (s.window.as_millis() / SLICE.as_millis()).max(1) as u32;
@@ -310,7 +309,6 @@ pub fn run_trial(
     let (mut mp, mut lp) = (m0, l0);
     let mut m1 = m0;
     let mut l1 = l0;
-    let mut mark1 = None;
     for k in 1..=slices {
         let until = s.window * k / slices;
         alive &= watch(&mut running, until.saturating_sub(t0.elapsed()))?;
@@ -318,9 +316,6 @@ pub fn run_trial(
             drain(&load);
         }
         m1 = running.read()?;
-        if k == slices {
-            mark1 = marker::mark(Mark::WindowEnd);
-        }
         l1 = load.snapshot(0);
         let done = l1.completed - lp.completed;
         if done > 0 {
@@ -382,7 +377,6 @@ pub fn run_trial(
         ),
         meter_delta: meter,
         slice_costs,
-        marks: mark0.zip(mark1).map(|(a, b)| [a, b]),
         ..Default::default()
     }
     .with_saturation(&meter, elapsed, s))

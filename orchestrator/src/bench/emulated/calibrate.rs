@@ -46,7 +46,7 @@ pub fn calibrate(e: &Emulator, turns: u64, dir: &Path) -> Result<Calibration> {
         samples: 0,
         seed: 1,
         regime: None,
-        settings: guest_settings(e, &settings, 1),
+        settings: guest_settings(e, &settings),
         calibrate: Some(turns),
     };
     img.bytes(Path::new(PLAN_PATH), serde_json::to_vec(&plan)?, 0o644);

@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use crate::bench::arm::Arm;
 use crate::bench::contract::Contract;
+use crate::bench::emulated::batch::{self, BatchSettings};
 use crate::bench::launch::ServerCommand;
 use crate::bench::marker;
 use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
 use crate::bench::ration::{RegimeRecord, SaturationConfig};
 use crate::bench::samples::Samples;
-use crate::bench::trial::{run_trial, DuetSettings, TrialSettings};
+use crate::bench::schedule::Trial;
+use crate::bench::trial::{DuetSettings, TrialSettings};
 use crate::config::{GateConfig, Schedule};
 
 /// Where the guest's init puts the plan, and where ratchet is.
@@ -49,15 +51,11 @@ pub const CALIBRATION_REPEATS: usize = 5;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GuestSettings {
     pub vcpus: usize,
-    pub warmup_ms: u64,
-    pub window_ms: u64,
     pub ready_timeout_ms: u64,
     pub stop_grace_ms: u64,
-    pub connections: usize,
-    pub connection_timeout_ms: u64,
+    pub batch: BatchSettings,
     pub gate: GateConfig,
     pub contract: Contract,
-    pub saturation: SaturationConfig,
     /// The host's limit on open files, which its servers get: the guest
     /// kernel's default of 1,024 failed a 4,096-slot direct descriptor
     /// table.
@@ -65,39 +63,43 @@ pub struct GuestSettings {
 }
 
 impl GuestSettings {
+    /// What the host's schedule and launch read; the timed load's settings
+    /// have no use here (see [`batch`]).
     pub fn trial_settings(&self) -> TrialSettings {
         let ms = Duration::from_millis;
         TrialSettings {
-            warmup: ms(self.warmup_ms),
-            window: ms(self.window_ms),
+            warmup: Duration::ZERO,
+            window: Duration::ZERO,
             ready_timeout: ms(self.ready_timeout_ms),
             stop_grace: ms(self.stop_grace_ms),
-            connections: self.connections,
-            connection_timeout: ms(self.connection_timeout_ms),
+            connections: self.batch.backlog,
+            connection_timeout: self.batch.timeout,
             load_cores: (0..self.vcpus - 1).collect(),
             gate: self.gate.clone(),
             contract: Arc::new(self.contract.clone()),
             schedule: Schedule::Blocks,
             duet: DuetSettings {
-                window: ms(self.window_ms),
-                slice: ms(2),
+                window: Duration::ZERO,
+                slice: Duration::ZERO,
                 windows_per_epoch: 1,
                 shared: false,
             },
-            saturation: self.saturation.clone(),
+            saturation: SaturationConfig::default(),
             ration: None,
             drain_windows: false,
         }
     }
 
-    /// The guest's meter: its own software counters, for the gate and the
-    /// saturation checks; the instructions come from the host's plugin.
+    /// The guest's meter: its own software counters, for the gate and to
+    /// see a batch end; the instructions come from the host's plugin. No
+    /// system-call tracepoint: it would run on the server's vCPU at every
+    /// call, and be counted.
     fn meter_plan(&self) -> MeterPlan {
         MeterPlan {
             event: MeterEvent::TaskClock,
             source: MeterSource::Os,
             reason: "inside the emulated guest".into(),
-            syscalls_tracepoint: crate::bench::meter::syscalls_tracepoint_id(),
+            syscalls_tracepoint: None,
             sut_core: self.vcpus - 1,
             cores: self.vcpus,
             emulator: None,
@@ -168,42 +170,45 @@ fn measure(plan: &GuestPlan, channel: &mut std::fs::File) -> Result<Samples> {
             binary_hash: None,
         })
         .collect();
-    warm_each(&arms, &meter, &settings, plan.regime.as_ref(), channel)?;
+    let batches = &plan.settings.batch;
+    let trial = |server: &ServerCommand, meter: &MeterPlan, s: &TrialSettings| {
+        batch::run_trial(server, meter, s, batches)
+    };
+    warm_each(&arms, &meter, &settings, &trial, channel)?;
     let mut samples = Samples::new(arms.len());
+    samples.schedule = Some(Schedule::Blocks);
     samples.regime = plan.regime.clone();
     marker::enable();
     let mut progress = |step: crate::bench::samples::Step<'_>| {
         let _ = say(channel, "STEP", &format!("{} {}", step.block, step.arm));
     };
-    samples.measure(
+    samples.run_blocks(
         &arms,
         plan.samples,
         plan.seed,
         &meter,
         &settings,
+        &trial,
         &mut progress,
     )?;
     Ok(samples)
 }
 
-/// Runs every arm once, loaded but unscored, announcing each first. The
-/// first trial in a fresh guest cost up to 26% more than the same arm's
-/// later ones (the kernel's caches of sockets and pages still growing), so
-/// no scored trial is a guest's first. A server that brings the guest down
-/// as it starts is named by its announcement.
+/// Runs every arm once, unscored, announcing each first. The first trial
+/// in a fresh guest cost up to 26% more than the same arm's later ones
+/// (the kernel's caches of sockets and pages still growing), so no scored
+/// trial is a guest's first. A server that brings the guest down as it
+/// starts is named by its announcement.
 fn warm_each(
     arms: &[Arm],
     meter: &MeterPlan,
     s: &TrialSettings,
-    regime: Option<&RegimeRecord>,
+    trial: Trial<'_>,
     channel: &mut std::fs::File,
 ) -> Result<()> {
-    for (i, arm) in arms.iter().enumerate() {
+    for arm in arms {
         say(channel, "STEP", &format!("0 {}", arm.label))?;
-        let mut warm = s.clone();
-        warm.window = s.warmup;
-        warm.ration = regime.and_then(|r| r.allotment_of(i));
-        run_trial(&arm.command, meter, &warm)?;
+        trial(&arm.command, meter, s)?;
     }
     say(channel, "STEP", "0 -")
 }

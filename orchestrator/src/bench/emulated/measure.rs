@@ -12,6 +12,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::guest::{self, GuestPlan, GuestSettings};
 use super::image::{self, Image};
@@ -19,7 +20,8 @@ use super::marks::Marks;
 use super::vm::{self, Ending};
 use super::Emulator;
 use crate::bench::arm::Arm;
-use crate::bench::ration::{Allotment, Regime, RegimeRecord};
+use crate::bench::emulated::batch::BatchSettings;
+use crate::bench::ration::{Regime, RegimeRecord};
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::trial::{failed_start, EmulatedCounts, Measurement, TrialSettings};
 use crate::config::{GateConfig, Schedule};
@@ -62,71 +64,39 @@ fn guest_seed(seed: u64, measurement: u64, first_sample: usize, guest: usize) ->
     h & 0x7fff_ffff
 }
 
-/// The least share of its allotment a saturated server uses in a guest
-/// window: a server that sleeps between arrivals leaves most of it.
-const GUEST_MIN_QUOTA_USED: f64 = 0.9;
-/// The least share of bandwidth periods in which a saturated server spent
-/// its whole quota: 1.0 for every honest arm measured; 0.15 for a server
-/// that idles between bursts yet used 0.97 of its allotment over the window.
-const GUEST_MIN_THROTTLED_SHARE: f64 = 0.9;
-/// Context switches per connection past which a guest window is not
-/// scored even though its quota was spent: the Go control's runtime hand-
-/// offs stay under it (at most 1.05 measured).
-const GUEST_MAX_CONTEXT_SWITCHES: f64 = 3.0;
-
-/// The trial settings in guest time, the warm-up perturbed by up to ±5%
-/// per guest.
-pub fn guest_settings(e: &Emulator, s: &TrialSettings, seed: u64) -> GuestSettings {
+/// The trial settings in guest time.
+pub fn guest_settings(e: &Emulator, s: &TrialSettings) -> GuestSettings {
     let c = &e.config;
-    let mut saturation = s.saturation.clone();
-    // A spinning ballast would run on the server's vCPU and be counted.
-    saturation.ballast = false;
-    // A server that had work spends its whole quota in the guest (0.96 to
-    // 1.05 of it, measured), so that is the test of saturation here. Its
-    // context switches are no proxy for it: the Go control hands off
-    // between its threads up to 1.05 times per connection while it spends
-    // every quota it gets.
-    saturation.min_allotment_used = saturation.min_allotment_used.max(GUEST_MIN_QUOTA_USED);
-    saturation.max_context_switches = saturation
-        .max_context_switches
-        .max(GUEST_MAX_CONTEXT_SWITCHES);
-    saturation.min_throttled_share = saturation
-        .min_throttled_share
-        .max(GUEST_MIN_THROTTLED_SHARE);
     GuestSettings {
         vcpus: c.vcpus,
-        warmup_ms: c.warmup_ms * (95 + seed % 11) / 100,
-        window_ms: c.window_ms,
         ready_timeout_ms: s.ready_timeout.as_millis() as u64,
         stop_grace_ms: s.stop_grace.as_millis() as u64,
-        connections: c.connections,
-        connection_timeout_ms: s.connection_timeout.as_millis() as u64,
+        batch: BatchSettings {
+            backlog: c.backlog,
+            batches: c.batches,
+            warmup_batches: c.warmup_batches,
+            timeout: Duration::from_millis(c.batch_timeout_ms),
+        },
         gate: GateConfig {
-            min_completed: c.min_completed,
+            // Every scored connection is counted exactly: a trial needs
+            // all of its batches served, not a timed window's worth.
+            min_completed: (c.backlog * c.batches) as u64,
             ..s.gate.clone()
         },
         contract: (*s.contract).clone(),
-        saturation,
         open_files: open_files(),
     }
 }
 
-/// The regime of an emulated measurement: every server alone rationed to
-/// `emulator.server_share` of its vCPU. No probe sizes it: the generator
-/// costs six or more times what any server does per connection, so a small
-/// fixed share keeps every server's backlog full (each window's context
-/// switches and throttled periods show it), and guest time the server is
-/// throttled is idle, which the emulator skips at no cost to the host.
+/// The regime of an emulated measurement: every server serves backlogs
+/// queued while it was stopped, so it has work from its first accept to its
+/// last close, and nothing but the clients' looking runs beside it.
 pub fn regime(e: &Emulator, s: &TrialSettings) -> RegimeRecord {
-    if s.saturation.regime == Regime::Idle {
-        return RegimeRecord::idle("idle regime chosen (saturation.regime = \"idle\")".into());
-    }
-    let quota_us = e.config.quota_us;
     RegimeRecord {
         regime: Regime::Saturated,
-        allotment: Some(Allotment {
-            quota_us,
-            period_us: (quota_us as f64 / e.config.server_share).round() as u64,
+        backlog: Some(e.config.backlog as u64),
+        warning: (s.saturation.regime == Regime::Idle).then(|| {
+            "saturation.regime = \"idle\" does not apply to the emulated meter: its servers serve backlogs".into()
         }),
         ..Default::default()
     }
@@ -189,7 +159,7 @@ pub fn measure(
                         arms,
                         samples: k,
                         seed,
-                        settings: guest_settings(e, settings, seed),
+                        settings: guest_settings(e, settings),
                         regime,
                     };
                     plan.run(&dir)
@@ -389,27 +359,31 @@ fn guest_samples(
     Ok(samples)
 }
 
-/// Puts the plugin's counts for `m`'s window in place of the guest's time.
+/// Puts the plugin's counts over `m`'s windows in place of the guest's
+/// time.
 pub fn count_window(m: &mut Measurement, marks: &Marks, sut: usize) -> Result<()> {
     m.cost_per_connection = None;
     m.slice_costs.clear();
-    let Some([begin, end]) = m.marks else {
+    if m.windows.is_empty() {
         return Ok(());
-    };
-    let w = marks.window(begin, end)?;
-    let server = *w
-        .per_vcpu
-        .get(sut)
-        .context("no count for the server's vCPU")?;
-    let guest: u64 = w.per_vcpu.iter().sum();
+    }
+    let (mut server, mut guest) = (0, 0);
+    for &[begin, end] in &m.windows {
+        let w = marks.window(begin, end)?;
+        server += *w
+            .per_vcpu
+            .get(sut)
+            .context("no count for the server's vCPU")?;
+        guest += w.per_vcpu.iter().sum::<u64>();
+    }
     m.emulated = Some(EmulatedCounts {
         server,
         generator: guest - server,
         guest,
     });
-    m.meter_delta.primary = server;
+    m.meter_delta.primary = guest;
     if m.gate.passed && m.window_completed > 0 {
-        m.cost_per_connection = Some(server as f64 / m.window_completed as f64);
+        m.cost_per_connection = Some(guest as f64 / m.window_completed as f64);
     }
     Ok(())
 }
@@ -441,13 +415,17 @@ mod tests {
     }
 
     #[test]
-    fn a_window_costs_the_server_vcpus_instructions_per_connection() {
+    fn windows_cost_the_whole_guests_instructions_per_connection() {
+        // Two windows: 2000 and 1000 instructions on vCPU 1; what ran
+        // between them (snapshots 2 to 3) is not counted.
         let marks = Marks::parse(
-            "MARK 1 1 vcpu=0 c0=1000 c1=500\nMARK 2 2 vcpu=0 c0=9000 c1=2500\nEND 3 0 vcpu=0 c0=1 c1=1\n",
+            "MARK 1 1 vcpu=0 c0=1000 c1=500\nMARK 2 2 vcpu=0 c0=6000 c1=2500\n\
+             MARK 3 1 vcpu=0 c0=7000 c1=9500\nMARK 4 2 vcpu=0 c0=10000 c1=10500\n\
+             END 5 0 vcpu=0 c0=1 c1=1\n",
         )
         .unwrap();
         let mut m = Measurement {
-            marks: Some([1, 2]),
+            windows: vec![[1, 2], [3, 4]],
             window_completed: 100,
             cost_per_connection: Some(123.0),
             slice_costs: vec![1.0],
@@ -455,7 +433,8 @@ mod tests {
         };
         m.gate.passed = true;
         count_window(&mut m, &marks, 1).unwrap();
-        assert_eq!(m.cost_per_connection, Some(20.0));
+        // The whole guest's 11000 over 100 connections.
+        assert_eq!(m.cost_per_connection, Some(110.0));
         assert_eq!(m.emulated.unwrap().generator, 8000);
         assert!(
             m.slice_costs.is_empty(),

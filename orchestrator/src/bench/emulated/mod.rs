@@ -6,15 +6,16 @@
 //! and kernel, snapshotting the counts at markers the guest executes around
 //! every measured window.
 //!
-//! Inside the guest, `ratchet guest` runs the very trial, gate, load
-//! generator and saturation probe the host runs (blocks schedule, rationed
-//! servers), with the server pinned to the last vCPU and the generator on the
-//! others; the host reads the server vCPU's instructions per window from the
-//! plugin and puts them in place of the guest's time. See
-//! `docs/emulated-meter.md` for why the server's vCPU and not its process,
-//! and for the measurements behind the defaults.
+//! Inside the guest, `ratchet guest` runs the host's blocks schedule, server
+//! launch, contract and gate, with the server pinned to the last vCPU and
+//! the clients on the others; each trial is a series of batches, backlogs
+//! the server serves alone (`batch.rs`). The host reads the server vCPU's
+//! instructions over the batches from the plugin and puts them in place of
+//! the guest's time. See `docs/emulated-meter.md` for why the server's vCPU
+//! and not its process, and for the measurements behind the defaults.
 
 pub mod assets;
+pub mod batch;
 pub mod calibrate;
 pub mod guest;
 pub mod image;
@@ -39,29 +40,19 @@ pub struct EmulatorConfig {
     pub kernel: PathBuf,
     /// A static busybox: the guest's shell and tools.
     pub busybox: PathBuf,
-    /// Connections in flight at each server in the guest: the study's 512.
-    /// The backlog is what lets a rationed server's quota be long (fewer
-    /// throttled periods per connection, each of which the count
-    /// includes); it must outlast a quota of the cheapest server.
-    pub connections: usize,
-    /// The CPU time a rationed server may run at a stretch (guest us).
-    pub quota_us: u64,
     /// Guest vCPUs: the last holds the server, the others the generator.
     pub vcpus: usize,
     pub memory_mb: u64,
-    /// Unscored load before each window (guest ms).
-    pub warmup_ms: u64,
-    /// The measured window of each trial (guest ms).
-    pub window_ms: u64,
-    /// Connections a window needs to be scored: counts are exact and a
-    /// drained window has no connection straddling its ends, so a window
-    /// needs far fewer than a timed one (gate.min_completed) does.
-    pub min_completed: u64,
-    /// The share of its vCPU every server is rationed to: small enough that
-    /// the generator, six or more times costlier per connection, keeps
-    /// every server's backlog full (see docs/emulated-meter.md). Rationed
-    /// time is idle and costs the host nothing.
-    pub server_share: f64,
+    /// Connections queued for a stopped server before each batch (see
+    /// `bench/emulated/batch.rs`); within the server's listen backlog.
+    pub backlog: usize,
+    /// Scored batches per trial.
+    pub batches: usize,
+    /// Unscored batches at the start of every trial.
+    pub warmup_batches: usize,
+    /// A batch the server has not served by then is over, and what it has
+    /// not answered timed out (guest ms).
+    pub batch_timeout_ms: u64,
     /// Guests run at once; 0: one per host core. Emulated counts do not
     /// depend on the host's load, so guests share the host freely.
     pub guests: usize,
@@ -77,14 +68,12 @@ impl Default for EmulatorConfig {
             qemu: "qemu-system-x86_64".into(),
             kernel: "/var/cache/ratchet/emulator/vmlinuz".into(),
             busybox: "/bin/busybox".into(),
-            connections: 256,
-            quota_us: 2000,
             vcpus: 2,
             memory_mb: 512,
-            warmup_ms: 200,
-            window_ms: 1200,
-            min_completed: 200,
-            server_share: 0.05,
+            backlog: 256,
+            batches: 4,
+            warmup_batches: 1,
+            batch_timeout_ms: 5000,
             guests: 0,
             boot_timeout_s: 120,
             timeout_s: 1200,

@@ -59,11 +59,10 @@ pub struct GuestRun {
 }
 
 /// The kernel command line: quiet, reboot (so exit) at once on a panic,
-/// no self-tests of the crypto API (seconds of boot under emulation), and
-/// the server's vCPU kept free of RCU callbacks and device interrupts,
-/// which its count would include, and a TCP hash table large enough that
-/// a lookup's cost does not depend on which sockets share its bucket. (`nohz_full` and `isolcpus` were tried
-/// and moved most of the server's kernel work off its vCPU's count.)
+/// no self-tests of the crypto API (seconds of boot under emulation), the
+/// server's vCPU kept free of RCU callbacks and device interrupts, and a
+/// TCP hash table large enough that a lookup's cost does not depend on
+/// which sockets share its bucket.
 fn append(sut: usize) -> String {
     format!(
         "console=ttyS0 quiet panic=-1 oops=panic cryptomgr.notests rdinit=/init \
