@@ -152,23 +152,17 @@ impl MeterPlan {
             }
             MeterChoice::Auto => match probe_instructions() {
                 Ok(()) => plan(MeterEvent::Instructions, MeterSource::Pmu, "hardware PMU present".into(), None),
-                Err(pmu) => {
-                    let emulated = match Emulator::locate(emulator) {
-                        Ok(e) => format!(
-                            "the emulated meter is set up ({}) but not chosen by auto: its samples of one binary spread 4-5% \
-                             (docs/emulated-meter.md), more than a 3% threshold resolves in a run; --meter emulated counts \
-                             instructions",
-                            e.describe()
-                        ),
-                        Err(e) => format!("no emulated meter ({e:#})"),
-                    };
-                    plan(
+                Err(pmu) => match Emulator::locate(emulator) {
+                    Ok(e) => emulated(e, &format!("no hardware PMU ({pmu})")),
+                    Err(e) => plan(
                         MeterEvent::TaskClock,
                         MeterSource::Os,
-                        format!("no hardware PMU ({pmu}); {emulated}; falling back to task-clock, unit ns"),
+                        format!(
+                            "no hardware PMU ({pmu}) and no emulated meter ({e:#}); falling back to task-clock, unit ns"
+                        ),
                         None,
-                    )
-                }
+                    ),
+                },
             },
         })
     }
