@@ -202,7 +202,7 @@ impl Loop<'_> {
         self.champion.cost_per_connection = Some(champ.cost_per_connection.median);
         self.champion.vs_control = samples.compare(CHAMPION, CONTROL, threshold).ratio_median;
         let max_blocks = self.config().run.max_blocks;
-        let schedule = settings.schedule.name();
+        let schedule = samples.schedule.unwrap_or(settings.schedule).name();
         let with_earlier = if earlier.is_empty() {
             String::new()
         } else {
