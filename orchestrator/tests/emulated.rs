@@ -114,15 +114,18 @@ fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
         assert_eq!(arm["gate"]["passed"], true, "arm {i}: {arm}");
         for t in r["trials"][i].as_array().unwrap() {
             let cost = t["cost_per_connection"].as_f64().unwrap();
-            let server = t["emulated"]["server"].as_u64().unwrap();
             let completed = t["window_completed"].as_u64().unwrap();
-            let expected = server as f64 / completed as f64;
-            assert!((cost - expected).abs() <= expected * 1e-12, "{t}");
-            let (generator, guest) = (
+            let (server, generator, guest) = (
+                t["emulated"]["server"].as_u64().unwrap(),
                 t["emulated"]["generator"].as_u64().unwrap(),
                 t["emulated"]["guest"].as_u64().unwrap(),
             );
-            assert!(generator > 0 && guest == server + generator, "{t}");
+            let expected = guest as f64 / completed as f64;
+            assert!((cost - expected).abs() <= expected * 1e-12, "{t}");
+            assert!(
+                server > 0 && generator > 0 && guest == server + generator,
+                "{t}"
+            );
             assert!(
                 t["slice_costs"].as_array().unwrap().is_empty(),
                 "guest ns are not instructions"
@@ -226,6 +229,50 @@ fn a_server_that_idles_in_the_guest_is_reported_not_busy() {
         r["comparisons"][0]["verdict"], "invalid",
         "{}",
         r["comparisons"]
+    );
+}
+
+/// A server that answers its backlog, waits for the window to close and
+/// then does the work it put off is not scored on what it left out.
+#[test]
+fn a_server_that_defers_work_out_of_its_windows_fails_its_gate() {
+    let _g = exclusive();
+    let deferring = format!("{} --spin-us 20000", faulty_arm("defer_work"));
+    let r = report(&compare("", &["treatment", &deferring], 6, &[]));
+    assert_eq!(r["arms"][0]["gate"]["passed"], true, "{}", r["arms"]);
+    let gate = &r["arms"][1]["gate"];
+    assert_eq!(gate["passed"], false, "{gate}");
+    assert!(
+        gate["reasons"]["deferred_work"].as_u64().unwrap() > 0,
+        "{gate}"
+    );
+    assert_eq!(r["comparisons"][0]["verdict"], "invalid");
+}
+
+/// A server that never goes still (a thread on a 50 us timer) ends its
+/// windows once its clients are answered, and its idle work between them
+/// fails its gate.
+#[test]
+fn a_server_that_never_goes_still_is_measured_in_bounded_time_and_caught() {
+    let _g = exclusive();
+    let start = Instant::now();
+    let r = report(&compare(
+        "",
+        &["treatment", &faulty_arm("restless")],
+        6,
+        &[],
+    ));
+    // 20 s measured; a window held open until the batch deadline took longer.
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r["arms"][0]["gate"]["passed"], true, "{}", r["arms"]);
+    let gate = &r["arms"][1]["gate"];
+    assert!(
+        gate["reasons"]["deferred_work"].as_u64().unwrap() > 0,
+        "{gate}"
     );
 }
 

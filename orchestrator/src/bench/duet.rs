@@ -280,7 +280,7 @@ fn run_epoch(
                 alive: lives[i].alive,
                 off_core_ns: meter.off_core_ns,
                 held_connections: held[i],
-                start_error: None,
+                ..Default::default()
             };
             trials[i].push(window.measurement(meter, &evidence[i], s));
         }

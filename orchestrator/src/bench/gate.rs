@@ -23,6 +23,10 @@ pub struct GateEvidence {
     /// Connections the server still held once every client was done (see
     /// [`crate::bench::launch::RunningServer::held_connections`]).
     pub held_connections: u64,
+    /// In the emulated meter's batches: the server's CPU time outside its
+    /// measured windows, where it exceeded the tolerance (see
+    /// `bench/emulated/batch.rs`): work deferred out of the count.
+    pub deferred_work_ns: u64,
     pub start_error: Option<String>,
 }
 
@@ -84,6 +88,14 @@ pub fn judge(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
             detail.push(format!(
                 "the server ran {} ns on cores other than the SUT core",
                 e.off_core_ns
+            ));
+            violated = true;
+        }
+        if e.deferred_work_ns > 0 {
+            reasons.insert("deferred_work".into(), e.deferred_work_ns);
+            detail.push(format!(
+                "the server ran {} ns between its measured windows, while no client waited on it: work deferred out of the count",
+                e.deferred_work_ns
             ));
             violated = true;
         }

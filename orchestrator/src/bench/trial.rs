@@ -345,7 +345,7 @@ pub fn run_trial(
         // Off-core work anywhere in the trial, warm-up included.
         off_core_ns: m1.off_core_ns,
         held_connections,
-        start_error: None,
+        ..Default::default()
     };
     // A connection still hanging after the drain deadline never completed.
     evidence.failures[crate::bench::contract::Failure::Timeout.index()] +=
