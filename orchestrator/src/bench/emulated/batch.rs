@@ -112,18 +112,13 @@ pub fn run_trial(
     let mut batches = Vec::new();
     let mut m0 = None;
     let mut m1 = running.read()?;
-    let mut scored_cpu = Duration::ZERO;
     for i in 0..b.warmup_batches + b.batches {
         let scored = i >= b.warmup_batches;
         if scored && m0.is_none() {
-            m0 = Some(running.read()?);
+            m0 = Some(m1);
         }
-        let before = m1.task_clock_ns;
         let batch = serve(&mut running, port, &s.contract, b, scored)?;
         m1 = running.read()?;
-        if scored {
-            scored_cpu += Duration::from_nanos(m1.task_clock_ns.saturating_sub(before));
-        }
         let failed = batch.completed < batch.attempts;
         batches.push((scored, batch));
         if failed || !running.alive() {
@@ -138,7 +133,6 @@ pub fn run_trial(
         m1.delta(&m0.unwrap_or(m1)),
         alive,
         held_connections,
-        scored_cpu,
         s,
     ))
 }
@@ -148,7 +142,6 @@ fn measurement(
     meter: MeterReading,
     alive: bool,
     held_connections: u64,
-    scored_cpu: Duration,
     s: &TrialSettings,
 ) -> Measurement {
     let mut evidence = GateEvidence {
@@ -173,7 +166,8 @@ fn measurement(
             in_windows += b.in_windows;
         }
     }
-    let outside = scored_cpu.saturating_sub(in_windows);
+    // The scored batches run back to back, so `meter` spans them all.
+    let outside = Duration::from_nanos(meter.task_clock_ns).saturating_sub(in_windows);
     if outside.as_secs_f64() > MAX_DEFERRED * in_windows.as_secs_f64() {
         evidence.deferred_work_ns = outside.as_nanos() as u64;
     }
