@@ -90,11 +90,21 @@ fn dropping_one_connection_in_500_fails_the_gate() {
 
 #[test]
 fn a_server_that_dies_mid_window_fails_the_gate() {
+    // Saturated, the probe sees it die and drops it before any window.
     assert_fails_with("die", "server_exited");
-    // It died inside a measured window, not after the measurement: the
-    // first window saw it serve, and it never served a whole epoch.
+    // Idle, nothing probes: it dies inside a measured window, not after
+    // the measurement. The first window saw it serve, and it never served
+    // a whole epoch.
     let _g = exclusive();
-    let report = judge_mode("die");
+    let ws = temp_workspace("[saturation]\nregime = \"idle\"\n");
+    let (report, _) = compare_json(
+        &ws.path().join("harness.toml"),
+        &[&faulty_arm("ok"), &faulty_arm("die")],
+        6,
+        &[],
+    );
+    assert_eq!(arm(&report, 0)["gate"]["passed"], true, "{report}");
+    assert!(reasons(&report, 1).iter().any(|r| r == "server_exited"));
     let first = &report["trials"][1][0];
     assert!(
         first["window_completed"].as_u64().unwrap() > 0,
@@ -113,6 +123,63 @@ fn a_server_that_dies_mid_window_fails_the_gate() {
         .map(|t| t["window_completed"].as_u64().unwrap())
         .sum();
     assert!(served < honest / 2, "it served {served} against {honest}");
+}
+
+#[test]
+fn a_well_formed_500_fails_the_gate() {
+    assert_fails_with("status_500", "wrong_bytes");
+}
+
+/// Every broken mode beside one honest server, at the defaults (the user's
+/// harness.toml, six windows): each broken one is caught, and none costs
+/// the honest one its gate. Before arms were screened the probe read a
+/// generator capacity of 27 conn/s beside them (a dead server's clients
+/// spun on refused connects and starved the rest), sized an allotment that
+/// starved every arm, and the honest server failed as `too_few_completed`.
+#[test]
+fn an_honest_server_beside_every_broken_one_passes_at_the_defaults() {
+    let _g = exclusive();
+    let broken = [
+        ("wrong_bytes", "wrong_bytes"),
+        ("truncated", "truncated"),
+        ("extra_byte", "extra_bytes"),
+        ("no_close", "timeout"),
+        ("reset", "reset"),
+        ("status_500", "wrong_bytes"),
+        ("die", "server_exited"),
+        ("no_read", "reset"),
+        ("drop_some", "truncated"),
+    ];
+    let mut arms = vec![faulty_arm("ok")];
+    arms.extend(broken.iter().map(|(mode, _)| faulty_arm(mode)));
+    let mut args: Vec<&str> = arms.iter().map(String::as_str).collect();
+    args.extend(["--blocks", "6"]);
+    let report = compare_at_defaults(&args);
+    assert_eq!(
+        arm(&report, 0)["gate"]["passed"],
+        true,
+        "the honest server failed beside the broken ones: {}",
+        arm(&report, 0)["gate"]
+    );
+    assert_eq!(arm(&report, 0)["unsaturated_samples"], 0, "{report}");
+    assert!(report["regime"].get("warning").is_none(), "{report}");
+    for (i, (mode, reason)) in broken.iter().enumerate() {
+        let i = i + 1;
+        assert_eq!(arm(&report, i)["gate"]["passed"], false, "{mode} passed");
+        assert!(
+            reasons(&report, i).iter().any(|r| r == reason),
+            "{mode}: expected {reason}, got {:?}",
+            reasons(&report, i)
+        );
+        // The record says where it was dropped.
+        let stage = report["dropped"][i]["stage"].as_str();
+        assert!(
+            matches!(stage, Some("screen" | "probe")),
+            "{mode} was measured: {}",
+            report["dropped"]
+        );
+    }
+    assert!(report["dropped"][0].is_null(), "{}", report["dropped"]);
 }
 
 /// A server that tries to work on another core is either rejected (its

@@ -33,6 +33,7 @@ use crate::bench::loadgen::{LoadGen, LoadSnapshot, EVERY_TARGET};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::samples::{verify, Samples, Step};
+use crate::bench::screen::Dropped;
 use crate::bench::trial::{
     failed_start, own_cpu, unaccounted, Latency, Measurement, TrialSettings,
 };
@@ -102,7 +103,10 @@ pub fn run_windows(
             verify(arm)?;
         }
         let epoch = w / per_epoch;
-        let (trials, orders) = run_epoch(arms, n, seed, epoch, plan, s, &mut |k| {
+        let dropped: Vec<Option<Dropped>> = (0..arms.len())
+            .map(|i| samples.dropped(i).cloned())
+            .collect();
+        let (trials, orders) = run_epoch(arms, &dropped, n, seed, epoch, plan, s, &mut |k| {
             on_step(Step {
                 block: w + k + 1,
                 blocks: total,
@@ -124,8 +128,10 @@ pub fn run_windows(
 /// measures `windows` windows. Returns `trials[arm][window]` and each
 /// window's arm order.
 #[allow(clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 fn run_epoch(
     arms: &[Arm],
+    dropped: &[Option<Dropped>],
     windows: usize,
     seed: u64,
     epoch: usize,
@@ -135,7 +141,12 @@ fn run_epoch(
 ) -> Result<(Vec<Vec<Measurement>>, Vec<Vec<usize>>)> {
     let n = arms.len();
     // Declared before the servers, so it is removed after them.
-    let group = s.ration.map(|a| RationGroup::create(a, n)).transpose()?;
+    // One allotment per arm that runs: a dropped arm's would go to the rest.
+    let running = dropped.iter().filter(|d| d.is_none()).count();
+    let group = s
+        .ration
+        .map(|a| RationGroup::create(a, running))
+        .transpose()?;
     let ballast = Ballast::start_if(s.ration.is_some() && s.saturation.ballast, plan.sut_core)?;
     let ballast_ns = || ballast::used_ns(&ballast);
     let mut lives: Vec<Live> = (0..n)
@@ -149,6 +160,9 @@ fn run_epoch(
     for k in 0..n {
         let i = (k + epoch) % n;
         ports[i] = free_port()?;
+        if dropped[i].is_some() {
+            continue;
+        }
         match RunningServer::start(&arms[i].command, ports[i], plan, group.as_ref()) {
             Ok(r) => lives[i].server = Some(r),
             Err(e) => lives[i].start_error = Some(format!("{e:#}")),
@@ -165,6 +179,9 @@ fn run_epoch(
     }
     let live: Vec<usize> = (0..n).filter(|&i| lives[i].server.is_some()).collect();
     let failed = |i: usize, lives: &[Live]| {
+        if let Some(d) = &dropped[i] {
+            return d.measurement();
+        }
         failed_start(
             lives[i]
                 .start_error
@@ -180,7 +197,7 @@ fn run_epoch(
         return Ok((trials, vec![vec![]; windows]));
     }
 
-    let load = LoadGen::start(s.load_spec(&ports))?;
+    let load = LoadGen::start(s.load_spec(&ports).for_live(live.len()))?;
     load.set_live(&lives.iter().map(|l| l.server.is_some()).collect::<Vec<_>>());
     let slice = s.duet.slice;
     // Warm-up: every live arm takes the load in turn, nothing is scored.
@@ -398,10 +415,22 @@ fn drive(
         });
         let until = (slice * (k as u32 + 1)).min(length);
         std::thread::sleep(until.saturating_sub(t0.elapsed()));
+        let mut died = false;
         for live in lives.iter_mut() {
             if let Some(server) = &mut live.server {
+                died |= live.alive && !server.alive();
                 live.alive &= server.alive();
             }
+        }
+        if died {
+            // Its clients would spin on refused connections: they serve
+            // the living arms instead.
+            load.set_live(
+                &lives
+                    .iter()
+                    .map(|l| l.server.is_some() && l.alive)
+                    .collect::<Vec<_>>(),
+            );
         }
         k += 1;
     }

@@ -32,6 +32,16 @@ pub struct LoadSpec {
     pub contract: Arc<Contract>,
 }
 
+impl LoadSpec {
+    /// The spec with clients for `live` of its targets only: the clients of
+    /// a server that is not there would crowd the others'.
+    pub fn for_live(mut self, live: usize) -> Self {
+        let per_target = self.connections / self.targets.len().max(1);
+        self.connections = per_target * live.max(1);
+        self
+    }
+}
+
 /// The generator's counters at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LoadSnapshot {
@@ -102,7 +112,9 @@ impl Shared {
             .filter(|l| l.load(Ordering::Acquire))
             .count();
         let share = self.spec.connections.div_ceil(live.max(1)) as u64;
-        if self.in_flight[active].load(Ordering::Acquire) < share {
+        if self.live[active].load(Ordering::Acquire)
+            && self.in_flight[active].load(Ordering::Acquire) < share
+        {
             return active;
         }
         (0..self.counters.len())
@@ -111,10 +123,31 @@ impl Shared {
             .unwrap_or(active)
     }
 
+    /// Client `id`'s own target when every target is loaded at once: the
+    /// live targets dealt round the clients, so none spins on a server
+    /// that is gone.
+    fn own_target(&self, id: usize) -> usize {
+        dealt(&self.live, id)
+    }
+
     fn source(&self) -> IpAddr {
         let n = self.next_source.fetch_add(1, Ordering::Relaxed) % SOURCE_ADDRESSES + 1;
         IpAddr::V4(Ipv4Addr::new(127, 1, (n >> 8) as u8, (n & 0xff) as u8))
     }
+}
+
+/// Client `id`'s target among the `live` ones, dealt round: client i to
+/// live target i mod n (any target when none is live).
+fn dealt(live: &[AtomicBool], id: usize) -> usize {
+    let is_live = |t: &usize| live[*t].load(Ordering::Acquire);
+    let n = (0..live.len()).filter(is_live).count();
+    if n == 0 {
+        return id % live.len().max(1);
+    }
+    (0..live.len())
+        .filter(is_live)
+        .nth(id % n)
+        .unwrap_or(id % live.len())
 }
 
 pub struct LoadGen {
@@ -205,7 +238,7 @@ impl LoadGen {
 
     /// Sends every connection started from now on to target `target`, or
     /// with [`EVERY_TARGET`], each client to its own target (client i to
-    /// target i mod n): every target loaded at once.
+    /// live target i mod n): every live target loaded at once.
     pub fn set_active(&self, target: usize) {
         self.shared.active.store(target, Ordering::Release);
     }
@@ -294,7 +327,7 @@ async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
             break;
         }
         let target = match shared.active.load(Ordering::Acquire) {
-            EVERY_TARGET => id % shared.counters.len(),
+            EVERY_TARGET => shared.own_target(id),
             t => shared.with_room(t),
         };
         let counters = &shared.counters[target];
@@ -308,6 +341,7 @@ async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
         )
         .await
         .unwrap_or(Err(Failure::Timeout));
+        let failed = outcome.is_err();
         match outcome {
             Ok(()) => {
                 if shared.measuring.load(Ordering::Acquire) {
@@ -321,6 +355,13 @@ async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
         }
         shared.in_flight[target].fetch_sub(1, Ordering::AcqRel);
         shared.open.fetch_sub(1, Ordering::AcqRel);
+        if failed {
+            // A refused connect fails without ever waiting: a client of a
+            // dead server would loop without yielding and starve every
+            // other client on its worker (beside one, the probe read a
+            // generator capacity of 12-27 conn/s).
+            tokio::task::yield_now().await;
+        }
     }
     latency
 }
@@ -374,5 +415,45 @@ fn bind_address_no_port(socket: &TcpSocket) {
             &one as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(targets: usize, connections: usize) -> LoadSpec {
+        LoadSpec {
+            targets: vec![SocketAddr::from(([127, 0, 0, 1], 1)); targets],
+            connections,
+            timeout: Duration::from_secs(1),
+            cores: vec![],
+            contract: Arc::new(crate::config::Config::default().contract()),
+        }
+    }
+
+    #[test]
+    fn clients_are_sized_for_the_live_targets_only() {
+        assert_eq!(spec(9, 9 * 256).for_live(1).connections, 256);
+        assert_eq!(spec(3, 3 * 256).for_live(3).connections, 3 * 256);
+        // No live target still leaves one target's clients to judge.
+        assert_eq!(spec(2, 512).for_live(0).connections, 256);
+    }
+
+    #[test]
+    fn clients_of_every_target_at_once_are_dealt_to_the_live_ones() {
+        let live = |l: &[bool]| l.iter().map(|&b| AtomicBool::new(b)).collect::<Vec<_>>();
+        let all = live(&[true, true, true]);
+        assert_eq!(
+            (0..6).map(|i| dealt(&all, i)).collect::<Vec<_>>(),
+            [0, 1, 2, 0, 1, 2]
+        );
+        // Target 1's server died: its clients serve 0 and 2, none spins on it.
+        let two = live(&[true, false, true]);
+        assert_eq!(
+            (0..4).map(|i| dealt(&two, i)).collect::<Vec<_>>(),
+            [0, 2, 0, 2]
+        );
+        assert_eq!(dealt(&live(&[false, false]), 3), 1);
     }
 }

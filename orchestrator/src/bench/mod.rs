@@ -22,6 +22,7 @@ pub mod profile;
 pub mod ration;
 pub mod samples;
 pub mod schedule;
+pub mod screen;
 pub mod secrets;
 pub mod session;
 pub mod source;

@@ -10,18 +10,29 @@ use std::time::{Duration, Instant};
 use crate::bench::arm::Arm;
 use crate::bench::ballast::Ballast;
 use crate::bench::cgroup::{containment, RationGroup};
+use crate::bench::contract::Failure;
+use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::{LoadGen, EVERY_TARGET};
 use crate::bench::meter::MeterPlan;
 use crate::bench::ration::{self, Allotment, Regime, RegimeRecord};
-use crate::bench::trial::{own_cpu, TrialSettings};
-use crate::config::Schedule;
+use crate::bench::screen::{Dropped, Stage};
+use crate::bench::trial::{failed_start, own_cpu, TrialSettings};
+use crate::config::{GateConfig, Schedule};
 use crate::interrupt;
 
 /// The regime `arms` will be measured in under `s`: the idle regime where
 /// it is asked for or rationing cannot be set up (with the reason), else
-/// the saturated regime with the allotment the probe sized.
-pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<RegimeRecord> {
+/// the saturated regime with the allotment the probe sized. Arms already
+/// `dropped` are left out; an arm that breaks the contract in the probe is
+/// dropped too, and the rest probed again without it, so the allotment is
+/// sized as if it had never been there.
+pub fn regime(
+    arms: &[Arm],
+    dropped: &mut [Option<Dropped>],
+    plan: &MeterPlan,
+    s: &TrialSettings,
+) -> Result<RegimeRecord> {
     if s.saturation.regime == Regime::Idle {
         return Ok(RegimeRecord::idle(
             "idle regime chosen (saturation.regime = \"idle\")".into(),
@@ -32,24 +43,89 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
             "measured in the idle regime: {why}"
         )));
     }
-    let group = RationGroup::create(ration::PROBE, arms.len())?;
+    loop {
+        let probe = probe_once(arms, dropped, plan, s)?;
+        let mut more = false;
+        for (i, verdict) in probe.verdicts.iter().enumerate() {
+            if let Some(gate) = verdict.as_ref().filter(|g| !g.passed) {
+                dropped[i] = Some(Dropped {
+                    stage: Stage::Probe,
+                    gate: gate.clone(),
+                });
+                more = true;
+            }
+        }
+        if !more {
+            return Ok(probe.record(s));
+        }
+    }
+}
+
+/// What one probe read.
+struct Probe {
+    /// Busy ns per connection of each arm; None for an arm that served
+    /// nothing in the reading (or was not probed).
+    costs: Vec<Option<f64>>,
+    /// Connections completed over the reading, by every arm.
+    total: u64,
+    elapsed: f64,
+    generator_busy: f64,
+    warmup: Duration,
+    turned_over: bool,
+    /// The gate's verdict on each probed arm over the whole probe (no
+    /// least count of connections); None for an arm not probed.
+    verdicts: Vec<Option<GateResult>>,
+}
+
+/// Probes every arm not `dropped`, all at once at the [`ration::PROBE`]
+/// allotment.
+fn probe_once(
+    arms: &[Arm],
+    dropped: &[Option<Dropped>],
+    plan: &MeterPlan,
+    s: &TrialSettings,
+) -> Result<Probe> {
+    // One allotment per arm that runs: a dropped arm's would go to the rest.
+    let probed = (0..arms.len())
+        .filter(|&i| dropped.get(i).is_none_or(Option::is_none))
+        .count();
+    let group = RationGroup::create(ration::PROBE, probed)?;
     let _ballast = Ballast::start_if(s.saturation.ballast, plan.sut_core)?;
+    let rules = GateConfig {
+        min_completed: 0,
+        ..s.gate.clone()
+    };
     let mut servers: Vec<Option<RunningServer>> = Vec::with_capacity(arms.len());
+    let mut verdicts: Vec<Option<GateResult>> = vec![None; arms.len()];
     let mut ports = Vec::with_capacity(arms.len());
-    for arm in arms {
+    for (i, arm) in arms.iter().enumerate() {
         let port = free_port()?;
         ports.push(port);
+        if dropped.get(i).is_some_and(Option::is_some) {
+            servers.push(None);
+            continue;
+        }
         let started = RunningServer::start(&arm.command, port, plan, Some(&group))
             .and_then(|mut r| r.wait_listening(s.ready_timeout).map(|_| r));
-        servers.push(started.ok());
+        match started {
+            Ok(r) => servers.push(Some(r)),
+            Err(e) => {
+                verdicts[i] = Some(failed_start(format!("{e:#}"), &rules).gate);
+                servers.push(None);
+            }
+        }
     }
-    let load = LoadGen::start(s.load_spec(&ports))?;
-    load.set_live(&servers.iter().map(Option::is_some).collect::<Vec<_>>());
+    let live: Vec<bool> = servers.iter().map(Option::is_some).collect();
+    let live_arms = live.iter().filter(|&&l| l).count();
+    let load = LoadGen::start(s.load_spec(&ports).for_live(live_arms))?;
+    load.set_live(&live);
     load.set_active(EVERY_TARGET);
+    let mut alive = live.clone();
     let warm = Instant::now();
     let turned_over = loop {
         std::thread::sleep(Duration::from_millis(20));
         interrupt::check()?;
+        watch(&mut servers, &mut alive, &load);
         let completed: Vec<Option<u64>> = (0..arms.len())
             .map(|i| servers[i].as_ref().map(|_| load.snapshot(i).completed))
             .collect();
@@ -69,67 +145,109 @@ pub fn regime(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Regim
         .map(|i| load.snapshot(i).completed)
         .collect();
     std::thread::sleep(Duration::from_millis(s.saturation.probe_ms));
+    watch(&mut servers, &mut alive, &load);
     let (m1, cpu1) = (read(&mut servers), own_cpu());
     let l1: Vec<u64> = (0..arms.len())
         .map(|i| load.snapshot(i).completed)
         .collect();
     let elapsed = t0.elapsed().as_secs_f64();
-    load.finish();
-    for server in servers.iter_mut().flatten() {
+    let totals = load.finish();
+    for (i, server) in servers.iter_mut().enumerate() {
+        let Some(server) = server else { continue };
+        let t = &totals[i];
+        let mut failures = t.snapshot.failures;
+        failures[Failure::Timeout.index()] += t.stuck_clients as u64;
+        let evidence = GateEvidence {
+            attempts: t.snapshot.attempts,
+            completed: t.snapshot.completed,
+            failures,
+            window_completed: t.snapshot.completed,
+            alive: alive[i] && server.alive(),
+            ..Default::default()
+        };
+        verdicts[i] = Some(gate::judge(&evidence, &rules));
         server.stop(s.stop_grace)?;
     }
     interrupt::check()?;
-
     let done: Vec<u64> = l1.iter().zip(&l0).map(|(b, a)| b - a).collect();
-    let costs: Vec<Option<f64>> = (0..arms.len())
-        .map(|i| {
-            let cpu = m1[i]? - m0[i]?;
-            (done[i] > 0).then(|| cpu as f64 / done[i] as f64)
-        })
-        .collect();
-    let total: u64 = done.iter().sum();
-    let generator_busy = (cpu1 - cpu0).as_secs_f64() / elapsed / s.load_cores.len().max(1) as f64;
-    if costs.iter().all(Option::is_none) || total == 0 || generator_busy <= 0.0 {
-        return Ok(RegimeRecord {
-            regime: Regime::Saturated,
-            allotment: Some(ration::PROBE),
-            alone: Vec::new(),
-            probe_costs: costs,
-            generator_capacity_cps: None,
-            probe_warmup_ms: Some(warmup.as_millis() as u64),
-            backlog: None,
-            warning: Some(
-                "the probe served no connection: every arm keeps the probe's own allotment".into(),
-            ),
-        });
-    }
-    let capacity = total as f64 / elapsed / generator_busy;
-    let window = match s.schedule {
-        Schedule::Duet => s.duet.window,
-        Schedule::Blocks => s.window,
-    };
-    let (allotment, warning, alone) = allot(&costs, capacity, window, s);
-    let start_up = (!turned_over).then(|| {
-        format!(
-            "after {:.1} s of probing an arm had not yet served its {} connections {WARM_TURNOVERS} times over: \
-             the probe may have read its start-up, not its steady cost",
-            warmup.as_secs_f64(),
-            s.connections
-        )
-    });
-    Ok(RegimeRecord {
-        regime: Regime::Saturated,
-        allotment: Some(allotment),
-        alone,
-        probe_costs: costs,
-        generator_capacity_cps: Some(capacity),
-        probe_warmup_ms: Some(warmup.as_millis() as u64),
-        backlog: None,
-        warning: match (start_up, warning) {
-            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-            (a, b) => a.or(b),
-        },
+    Ok(Probe {
+        costs: (0..arms.len())
+            .map(|i| {
+                let cpu = m1[i]? - m0[i]?;
+                (done[i] > 0).then(|| cpu as f64 / done[i] as f64)
+            })
+            .collect(),
+        total: done.iter().sum(),
+        elapsed,
+        generator_busy: (cpu1 - cpu0).as_secs_f64() / elapsed / s.load_cores.len().max(1) as f64,
+        warmup,
+        turned_over,
+        verdicts,
     })
+}
+
+/// Notes which probed servers have exited since the last look, and sends
+/// their clients to the living ones.
+fn watch(servers: &mut [Option<RunningServer>], alive: &mut [bool], load: &LoadGen) {
+    let mut died = false;
+    for (a, server) in alive.iter_mut().zip(servers.iter_mut()) {
+        if let Some(server) = server {
+            died |= *a && !server.alive();
+            *a &= server.alive();
+        }
+    }
+    if died {
+        load.set_live(alive);
+    }
+}
+
+impl Probe {
+    /// The saturated regime this probe sizes.
+    fn record(self, s: &TrialSettings) -> RegimeRecord {
+        let warmup_ms = Some(self.warmup.as_millis() as u64);
+        if self.costs.iter().all(Option::is_none) || self.total == 0 || self.generator_busy <= 0.0 {
+            return RegimeRecord {
+                regime: Regime::Saturated,
+                allotment: Some(ration::PROBE),
+                alone: Vec::new(),
+                probe_costs: self.costs,
+                generator_capacity_cps: None,
+                probe_warmup_ms: warmup_ms,
+                backlog: None,
+                warning: Some(
+                    "the probe served no connection: every arm keeps the probe's own allotment"
+                        .into(),
+                ),
+            };
+        }
+        let capacity = self.total as f64 / self.elapsed / self.generator_busy;
+        let window = match s.schedule {
+            Schedule::Duet => s.duet.window,
+            Schedule::Blocks => s.window,
+        };
+        let (allotment, warning, alone) = allot(&self.costs, capacity, window, s);
+        let start_up = (!self.turned_over).then(|| {
+            format!(
+                "after {:.1} s of probing an arm had not yet served its {} connections {WARM_TURNOVERS} times over: \
+                 the probe may have read its start-up, not its steady cost",
+                self.warmup.as_secs_f64(),
+                s.connections
+            )
+        });
+        RegimeRecord {
+            regime: Regime::Saturated,
+            allotment: Some(allotment),
+            alone,
+            probe_costs: self.costs,
+            generator_capacity_cps: Some(capacity),
+            probe_warmup_ms: warmup_ms,
+            backlog: None,
+            warning: match (start_up, warning) {
+                (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                (a, b) => a.or(b),
+            },
+        }
+    }
 }
 
 /// The least the probe warms up before it reads, and the most it waits for
@@ -210,6 +328,7 @@ pub fn settled(readings: &[(Duration, f64, bool)]) -> bool {
 /// gates fail and its spread doubled, and the run refused.
 pub fn settle(
     arms: &[Arm],
+    dropped: &mut [Option<Dropped>],
     plan: &MeterPlan,
     s: &TrialSettings,
     within: Duration,
@@ -221,7 +340,7 @@ pub fn settle(
     let start = Instant::now();
     let mut readings: Vec<(Duration, f64, bool)> = Vec::new();
     loop {
-        let record = regime(arms, plan, s)?;
+        let record = regime(arms, dropped, plan, s)?;
         let Some(capacity) = record.generator_capacity_cps else {
             return Ok((record, Vec::new()));
         };

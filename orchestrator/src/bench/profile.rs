@@ -152,7 +152,7 @@ pub fn record(
     if Command::new("perf").arg("--version").output().is_err() {
         bail!("perf not found: install the Debian package linux-perf");
     }
-    let regime = probe::regime(std::slice::from_ref(arm), plan, s)?;
+    let regime = probe::regime(std::slice::from_ref(arm), &mut [None], plan, s)?;
     let group = regime
         .allotment
         .map(|a| RationGroup::create(a, 1))

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::arm::Arm;
 use crate::bench::ration::RegimeRecord;
+use crate::bench::screen::Dropped;
 use crate::bench::trial::Measurement;
 use crate::config::Schedule;
 
@@ -29,6 +30,11 @@ pub struct Samples {
     /// than the saturated regime have none, and were idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regime: Option<RegimeRecord>,
+    /// Per arm, whether it was dropped before the probe or in it, and the
+    /// gate verdict that dropped it; empty until the arms are screened
+    /// (and in records older than the screen, or measured emulated).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<Option<Dropped>>,
 }
 
 /// A built binary no longer matches the hash it had when it was built: some
@@ -79,7 +85,13 @@ impl Samples {
             orders: Vec::new(),
             schedule: None,
             regime: None,
+            dropped: Vec::new(),
         }
+    }
+
+    /// Why arm `i` was not measured, if it was dropped.
+    pub fn dropped(&self, i: usize) -> Option<&Dropped> {
+        self.dropped.get(i).and_then(Option::as_ref)
     }
 
     pub fn blocks(&self) -> usize {

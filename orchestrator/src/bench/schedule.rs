@@ -13,6 +13,7 @@ use crate::bench::launch::ServerCommand;
 use crate::bench::meter::MeterPlan;
 use crate::bench::probe;
 use crate::bench::samples::{verify, Samples, Step};
+use crate::bench::screen;
 use crate::bench::trial::{run_trial, Measurement, TrialSettings};
 use crate::config::Schedule;
 
@@ -54,8 +55,11 @@ impl Samples {
             );
         }
         self.schedule = Some(settings.schedule);
+        if self.dropped.is_empty() {
+            self.dropped = screen::screen(arms, plan, settings)?;
+        }
         if self.regime.is_none() {
-            self.regime = Some(probe::regime(arms, plan, settings)?);
+            self.regime = Some(probe::regime(arms, &mut self.dropped, plan, settings)?);
         }
         let settings = &self.regime_settings(settings);
         match settings.schedule {
@@ -107,9 +111,14 @@ impl Samples {
                     so_far: self,
                 });
                 verify(&arms[i])?;
-                let mut alone = settings.clone();
-                alone.ration = self.regime.as_ref().and_then(|r| r.allotment_of(i));
-                block[i] = Some(trial(&arms[i].command, plan, &alone)?);
+                block[i] = Some(match self.dropped(i) {
+                    Some(dropped) => dropped.measurement(),
+                    None => {
+                        let mut alone = settings.clone();
+                        alone.ration = self.regime.as_ref().and_then(|r| r.allotment_of(i));
+                        trial(&arms[i].command, plan, &alone)?
+                    }
+                });
                 done += 1;
             }
             self.orders.push(order);

@@ -9,6 +9,7 @@ use crate::bench::gate::{self, GateResult};
 use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
 use crate::bench::ration::RegimeRecord;
 use crate::bench::samples::Samples;
+use crate::bench::screen::Dropped;
 use crate::bench::trial::{Latency, Measurement};
 use crate::config::Schedule;
 use crate::referee::stats;
@@ -38,7 +39,12 @@ impl Samples {
             .collect()
     }
 
+    /// The arm's gate over every sample; a dropped arm's is the verdict
+    /// that dropped it, counted once.
     pub fn gate(&self, arm: usize) -> GateResult {
+        if let Some(d) = self.dropped(arm) {
+            return d.measurement().gate;
+        }
         let gates: Vec<GateResult> = self.trials[arm].iter().map(|m| m.gate.clone()).collect();
         gate::combine(&gates)
     }
@@ -251,6 +257,10 @@ pub struct CompareReport {
     pub regime: RegimeRecord,
     /// Every trial's raw measurement, `trials[arm][block]`.
     pub trials: Vec<Vec<Measurement>>,
+    /// Per arm, whether it was dropped unmeasured (alone before the probe,
+    /// or in the probe) and the gate verdict that dropped it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<Option<Dropped>>,
 }
 
 pub fn report(
@@ -283,6 +293,7 @@ pub fn report(
             RegimeRecord::idle("recorded before ratchet rationed servers".into())
         }),
         trials: samples.trials.clone(),
+        dropped: samples.dropped.clone(),
     }
 }
 
@@ -314,7 +325,36 @@ mod tests {
             orders: vec![],
             schedule: None,
             regime: None,
+            dropped: vec![],
         }
+    }
+
+    #[test]
+    fn a_dropped_arm_fails_with_the_verdict_that_dropped_it_counted_once() {
+        use crate::bench::screen::{Dropped, Stage};
+        let mut s = samples(&[Some(1.0); 6], &[None; 6]);
+        let mut reasons = std::collections::BTreeMap::new();
+        reasons.insert("wrong_bytes".to_string(), 3);
+        let verdict = GateResult {
+            passed: false,
+            attempts: 3,
+            failures: 3,
+            reasons,
+            ..Default::default()
+        };
+        s.dropped = vec![
+            None,
+            Some(Dropped {
+                stage: Stage::Screen,
+                gate: verdict,
+            }),
+        ];
+        let gate = s.gate(1);
+        assert!(!gate.passed);
+        assert_eq!(gate.reasons["wrong_bytes"], 3, "not once per sample");
+        assert!(gate.detail[0].contains("dropped alone, before the probe"));
+        assert!(s.gate(0).passed);
+        assert_eq!(s.compare(1, 0, 0.03).verdict, Verdict::Invalid);
     }
 
     #[test]

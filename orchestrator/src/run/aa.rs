@@ -24,6 +24,7 @@ use super::{say, Loop};
 use crate::bench::arm::Arm;
 use crate::bench::probe;
 use crate::bench::samples::Samples;
+use crate::bench::screen;
 use crate::record::journal::AaCheck;
 use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL, DECISION_LEVEL};
 use crate::referee::stats;
@@ -140,8 +141,14 @@ impl Loop<'_> {
         if earlier.is_empty() {
             self.bar
                 .set_message("probing until the generator's capacity is steady");
-            let (record, capacities) =
-                probe::settle(&arms, &self.session.plan, &settings, SETTLE_WITHIN)?;
+            samples.dropped = screen::screen(&arms, &self.session.plan, &settings)?;
+            let (record, capacities) = probe::settle(
+                &arms,
+                &mut samples.dropped,
+                &self.session.plan,
+                &settings,
+                SETTLE_WITHIN,
+            )?;
             if capacities.len() > probe::SETTLED_AT_ONCE {
                 let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
                 say(
