@@ -16,34 +16,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:?usage: benchmarks/emulated.sh table|aa [N]|planted}
-R="./target/release/ratchet"
 out=benchmarks/records/emulated-$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
 echo "$0 $*  (main at $(git rev-parse --short HEAD))" > "$out/command.txt"
 
-# treatment/server.c with the named playbook entries applied in order.
-server_with() {
-  local name=$1; shift
-  mkdir -p "$work/$name"
-  python3 - "$work/$name/server.c" "$@" <<'PY'
-import sys, tomllib
-src = open("treatment/server.c").read()
-for name in sys.argv[2:]:
-    entry = tomllib.load(open(f"knowledge-base/playbook/{name}.toml", "rb"))
-    for e in entry["edits"]:
-        if src.count(e["search"]) != 1:
-            sys.exit(f"{name} does not apply here: {e['search'][:60]!r}")
-        src = src.replace(e["search"], e["replace"])
-open(sys.argv[1], "w").write(src)
-PY
-  cc -O2 -Wall -Wextra -Werror -o "$work/$name/server" "$work/$name/server.c" -luring
-  echo "cmd:$work/$name/server"
-}
-
-six=(01-ring-defer-taskrun 02-multishot-accept 03-direct-descriptors
-     04-connection-freelist 05-send-msg-more 06-skip-success-send-close)
+source benchmarks/lib.sh
 
 case $what in
 table)
