@@ -42,6 +42,18 @@ if ((${#missing[@]})); then
     echo "setup: apt-get install ${missing[*]} failed" >&2; exit 1; }
 fi
 
+# The unprivileged user servers, builds and command agents run as (see
+# orchestrator/src/bench/privilege.rs); without it ratchet uses nobody.
+if [[ $(id -u) -eq 0 ]] && ! id ratchet-sut >/dev/null 2>&1; then
+  if command -v useradd >/dev/null; then
+    useradd --system --user-group --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin ratchet-sut ||
+      echo "setup: could not create user ratchet-sut; untrusted code will run as nobody" >&2
+  else
+    echo "setup: no useradd; untrusted code will run as nobody" >&2
+  fi
+fi
+
 if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found: install a Rust toolchain (1.80 or newer), for example Debian's cargo package" >&2
   exit 1

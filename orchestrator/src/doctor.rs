@@ -254,6 +254,12 @@ pub fn run(config: &Config) -> Vec<Check> {
             format!("{paranoid}: run as root or sysctl kernel.perf_event_paranoid=1")
         },
     ));
+    let privilege = crate::bench::privilege::privilege();
+    checks.push(check(
+        privilege.identity().is_some(),
+        "untrusted code",
+        privilege.describe(),
+    ));
     let irqbalance = Command::new("pgrep").arg("-x").arg("irqbalance").output();
     let irq_running = irqbalance.is_ok_and(|o| o.status.success());
     checks.push(check(

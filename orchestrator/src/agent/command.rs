@@ -1,7 +1,8 @@
 //! The `command` agent: an external coding-agent CLI (a headless `claude -p`,
-//! `codex exec`, or any script) run in the candidate worktree. Its edit is
-//! whatever it changed there. It runs with a minimal environment (no API keys
-//! of other agents, a throwaway HOME), under a wall-time limit that kills its
+//! `codex exec`, or any script) run on a copy of the candidate worktree
+//! ([`scratch`]), as the unprivileged user. Its edit is whatever it changed
+//! there, carried back. It runs with a minimal environment (no API keys of
+//! other agents, a throwaway HOME), under a wall-time limit that kills its
 //! whole process group.
 
 use anyhow::Result;
@@ -11,7 +12,10 @@ use std::time::Duration;
 use super::{prompt, reply, Agent, AgentFailure, ProposalContext, Proposed, Usage};
 use crate::agent::budget::{Budget, Tokens};
 use crate::agent::config::CommandAgentConfig;
+use crate::agent::scratch;
 use crate::bench::build::run_bounded;
+use crate::bench::privilege;
+use std::os::unix::fs::PermissionsExt;
 
 pub struct CommandAgent {
     config: CommandAgentConfig,
@@ -47,6 +51,11 @@ impl Agent for CommandAgent {
             return Err(unavailable("agents.command.argv is empty".into()).into());
         };
         let scratch = tempfile::tempdir()?;
+        let owner = privilege::privilege().identity();
+        // Searchable, not listable: the agent reaches its own three entries.
+        std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o711))?;
+        let work = scratch.path().join("work");
+        scratch::copy_tree(&ctx.worktree, &work, owner)?;
         let prompt_file = scratch.path().join("prompt.md");
         let budget = self.config.context_tokens.map(|t| Budget {
             tokens: t as usize,
@@ -61,7 +70,7 @@ impl Agent for CommandAgent {
         };
         let mut cmd = Command::new(expand(program));
         cmd.args(args.iter().map(expand))
-            .current_dir(&ctx.worktree)
+            .current_dir(&work)
             .env_clear();
         for var in BASE_ENV
             .iter()
@@ -74,6 +83,9 @@ impl Agent for CommandAgent {
         }
         let home = scratch.path().join("home");
         std::fs::create_dir_all(&home)?;
+        if let Some(id) = owner {
+            privilege::give(&home, id)?;
+        }
         cmd.env("HOME", &home)
             .env("RATCHET_PROMPT_FILE", &prompt_file);
         let (status, output) = run_bounded(cmd, Duration::from_secs(self.config.timeout_s))
@@ -94,6 +106,7 @@ impl Agent for CommandAgent {
             }
             Some(_) => {}
         }
+        scratch::carry_back(&work, &ctx.worktree)?;
         let field = |name: &str| {
             output
                 .lines()
@@ -177,6 +190,30 @@ mod tests {
                 std::env::var("HOME").unwrap_or_default()
             )) || std::env::var("HOME").is_err()
         );
+    }
+
+    /// It works unprivileged on a copy: its edits come back, the git
+    /// directory and ratchet's own files are out of its reach.
+    #[test]
+    fn the_agent_runs_unprivileged_on_a_copy_without_git() {
+        let wt = tempfile::tempdir().unwrap();
+        std::fs::create_dir(wt.path().join(".git")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let mut a = agent(
+            &format!(
+                "id -u > uid.txt; ls -a > seen.txt; touch {}/planted 2>/dev/null; echo HYPOTHESIS: x",
+                outside.path().display()
+            ),
+            10,
+        );
+        a.propose(&context(wt.path())).unwrap();
+        let uid = std::fs::read_to_string(wt.path().join("uid.txt")).unwrap();
+        if let Some(id) = privilege::privilege().identity() {
+            assert_eq!(uid.trim(), id.uid.to_string());
+        }
+        let seen = std::fs::read_to_string(wt.path().join("seen.txt")).unwrap();
+        assert!(!seen.lines().any(|l| l == ".git"), "{seen}");
+        assert!(!outside.path().join("planted").exists());
     }
 
     #[test]

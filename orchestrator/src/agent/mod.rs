@@ -12,6 +12,7 @@ pub mod playbook;
 pub mod prompt;
 pub mod reply;
 pub mod sample;
+pub mod scratch;
 pub mod search;
 pub mod structured;
 

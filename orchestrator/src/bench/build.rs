@@ -11,12 +11,14 @@ use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bench::cgroup::{self, Cgroup};
+use crate::bench::privilege;
 use crate::bench::secrets;
 
 #[derive(Clone, Debug)]
@@ -60,20 +62,25 @@ fn is_source(path: &Path) -> bool {
 /// SHA-256 over the relative paths and contents of a directory's source
 /// files, in sorted order: the identity of a server's source.
 pub fn hash_sources(dir: &Path) -> Result<String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && is_source(p))
-        .collect();
-    files.sort();
     let mut h = Sha256::new();
-    for f in files {
+    for f in source_files(dir)? {
         h.update(f.file_name().unwrap().as_encoded_bytes());
         h.update([0]);
         h.update(std::fs::read(&f)?);
         h.update([0]);
     }
     Ok(hex(&h.finalize()))
+}
+
+/// A directory's source files, sorted.
+fn source_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && is_source(p))
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 pub fn hash_file(path: &Path) -> Result<String> {
@@ -85,7 +92,8 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Runs `cmd` in a cgroup and process group of its own; kills the cgroup
+/// Runs `cmd` unprivileged ([`privilege`]), in a cgroup and process group
+/// of its own; kills the cgroup
 /// at `timeout`, and in any case when it ends, so nothing it started (a
 /// backgrounded compiler, a daemon an agent left) outlives it. Returns the
 /// exit status (None on timeout) and the combined output, secrets redacted.
@@ -104,11 +112,12 @@ pub fn run_bounded(
     // SAFETY: open, write, close and prctl are async-signal-safe. The child
     // dies with ratchet, so a SIGKILLed run leaves no agent editing its
     // worktree or build running.
+    let privilege = privilege::privilege().clone();
     unsafe {
         cmd.pre_exec(move || {
             cgroup::join_from_child(&join)?;
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
+            privilege::drop_in_child(&privilege)
         });
     }
     let mut child = cmd.spawn().with_context(|| format!("running {cmd:?}"))?;
@@ -152,9 +161,10 @@ fn require_tool(tool: &str, package: &str) -> Result<()> {
 
 /// Where builds are cached: `$RATCHET_BUILD_CACHE`, else the system cache
 /// for root and the user's cache otherwise; never inside a repository, where
-/// an agent writes. Created private to ratchet's user.
+/// an agent writes. Created so that only ratchet's user writes or lists it,
+/// and the unprivileged user its servers run as can reach the entries it
+/// is told of.
 pub fn cache_dir() -> Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     let dir = match std::env::var_os("RATCHET_BUILD_CACHE") {
         Some(d) => PathBuf::from(d),
         None if unsafe { libc::geteuid() } == 0 => PathBuf::from("/var/cache/ratchet/builds"),
@@ -165,7 +175,7 @@ pub fn cache_dir() -> Result<PathBuf> {
             .join("ratchet/builds"),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
         .with_context(|| format!("making {} private", dir.display()))?;
     Ok(dir)
 }
@@ -202,13 +212,19 @@ fn reuse(dir: &Path, manifest: &Path, binary: &Path, source_hash: &str) -> Optio
 
 /// Builds into the cache keyed by `kind` and the source hash, reusing an
 /// earlier build of the same source that its manifest vouches for.
+///
+/// The build runs unprivileged on a copy of exactly the files the hash
+/// covers, writing only to an output directory of its own: it cannot
+/// change the worktree that is committed, read anything else of it, or
+/// touch the cache. Its binary is copied into a root-owned entry, so
+/// neither it nor a server can rewrite it later.
 fn cached_build(
     kind: &str,
     src: &Path,
     cache: &Path,
     binary_name: &str,
     timeout: Duration,
-    command: impl FnOnce(&Path) -> Command,
+    command: impl FnOnce(&Path, &Path) -> Command,
 ) -> Result<Built> {
     let source_hash = hash_sources(src)?;
     let entry = format!("{kind}-{}", &source_hash[..16]);
@@ -216,48 +232,74 @@ fn cached_build(
     let manifest = cache.join(format!("{entry}.manifest.json"));
     let binary = dir.join(binary_name);
     if let Some(binary_hash) = reuse(&dir, &manifest, &binary, &source_hash) {
+        // Entries made before servers ran unprivileged were private.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
         return Ok(Built {
             binary,
             source_hash,
             binary_hash,
         });
     }
-    {
-        std::fs::create_dir_all(cache)?;
-        let staging = tempfile::tempdir_in(cache)?;
-        let (status, log) = run_bounded(command(staging.path()), timeout)?;
-        let built = staging.path().join(binary_name);
-        match status {
-            Some(s) if s.success() && built.is_file() => {}
-            other => {
-                return Err(BuildFailure {
-                    timed_out: other.is_none(),
-                    log_tail: tail(&log, 40),
-                }
-                .into())
-            }
-        }
-        let binary_hash = hash_file(&built)?;
-        let staged = staging.keep();
-        if std::fs::rename(&staged, &dir).is_err() {
-            // Another build of the same source won the race; ours is used
-            // only if it is the same binary (builds are reproducible).
-            std::fs::remove_dir_all(&staged).ok();
-            if hash_file(&binary)? != binary_hash {
-                bail!("a concurrent build of {entry} produced a different binary; try again");
-            }
-        }
-        let record = Manifest {
-            source_sha256: source_hash.clone(),
-            binary_sha256: binary_hash.clone(),
-        };
-        crate::files::write_atomic(&manifest, &serde_json::to_vec_pretty(&record)?)?;
-        Ok(Built {
-            binary_hash,
-            binary,
-            source_hash,
-        })
+    std::fs::create_dir_all(cache)?;
+    let staging = tempfile::tempdir_in(cache)?;
+    std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755))?;
+    let (copy, out) = (staging.path().join("src"), staging.path().join("out"));
+    copy_sources(src, &copy)?;
+    std::fs::create_dir(&out)?;
+    if let Some(id) = privilege::privilege().identity() {
+        privilege::give(&copy, id)?;
+        privilege::give(&out, id)?;
     }
+    let (status, log) = run_bounded(command(&copy, &out), timeout)?;
+    let built = out.join(binary_name);
+    match status {
+        Some(s) if s.success() && built.is_file() => {}
+        other => {
+            return Err(BuildFailure {
+                timed_out: other.is_none(),
+                log_tail: tail(&log, 40),
+            }
+            .into())
+        }
+    }
+    let kept = tempfile::tempdir_in(cache)?;
+    std::fs::set_permissions(kept.path(), std::fs::Permissions::from_mode(0o755))?;
+    std::fs::copy(&built, kept.path().join(binary_name))?;
+    std::fs::set_permissions(
+        kept.path().join(binary_name),
+        std::fs::Permissions::from_mode(0o755),
+    )?;
+    drop(staging);
+    let binary_hash = hash_file(&kept.path().join(binary_name))?;
+    let staged = kept.keep();
+    if std::fs::rename(&staged, &dir).is_err() {
+        // Another build of the same source won the race; ours is used
+        // only if it is the same binary (builds are reproducible).
+        std::fs::remove_dir_all(&staged).ok();
+        if hash_file(&binary)? != binary_hash {
+            bail!("a concurrent build of {entry} produced a different binary; try again");
+        }
+    }
+    let record = Manifest {
+        source_sha256: source_hash.clone(),
+        binary_sha256: binary_hash.clone(),
+    };
+    crate::files::write_atomic(&manifest, &serde_json::to_vec_pretty(&record)?)?;
+    Ok(Built {
+        binary_hash,
+        binary,
+        source_hash,
+    })
+}
+
+/// Copies the files [`hash_sources`] covers from `src` into a new `to`.
+fn copy_sources(src: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir(to)?;
+    for f in source_files(src)? {
+        std::fs::copy(&f, to.join(f.file_name().expect("a file")))
+            .with_context(|| format!("copying {}", f.display()))?;
+    }
+    Ok(())
 }
 
 pub fn build_treatment(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
@@ -269,15 +311,22 @@ pub fn build_treatment(src: &Path, cache: &Path, timeout: Duration) -> Result<Bu
     let src_abs = src
         .canonicalize()
         .with_context(|| format!("treatment source {}", src.display()))?;
-    cached_build("treatment", &src_abs, cache, "server", timeout, |out| {
-        let mut c = Command::new("make");
-        secrets::minimal_env(&mut c);
-        c.arg("-s")
-            .arg("-C")
-            .arg(&src_abs)
-            .arg(format!("OUT={}", out.display()));
-        c
-    })
+    cached_build(
+        "treatment",
+        &src_abs,
+        cache,
+        "server",
+        timeout,
+        |copy, out| {
+            let mut c = Command::new("make");
+            secrets::minimal_env(&mut c);
+            c.arg("-s")
+                .arg("-C")
+                .arg(copy)
+                .arg(format!("OUT={}", out.display()));
+            c
+        },
+    )
 }
 
 pub fn build_control(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
@@ -285,23 +334,31 @@ pub fn build_control(src: &Path, cache: &Path, timeout: Duration) -> Result<Buil
     let src_abs = src
         .canonicalize()
         .with_context(|| format!("control source {}", src.display()))?;
-    cached_build("control", &src_abs, cache, "control", timeout, |out| {
-        let mut c = Command::new("go");
-        secrets::minimal_env(&mut c);
-        // Go's own caches sit beside the builds; the toolchain is the one
-        // installed (never downloaded).
-        let go_home = cache.join("go");
-        c.current_dir(&src_abs)
-            .args(["build", "-trimpath", "-o"])
-            .arg(out.join("control"))
-            .arg(".")
-            .env("GOFLAGS", "-mod=mod")
-            .env("GO111MODULE", "on")
-            .env("GOTOOLCHAIN", "local")
-            .env("GOCACHE", go_home.join("cache"))
-            .env("GOPATH", go_home.join("path"));
-        c
-    })
+    cached_build(
+        "control",
+        &src_abs,
+        cache,
+        "control",
+        timeout,
+        |copy, out| {
+            let mut c = Command::new("go");
+            secrets::minimal_env(&mut c);
+            // Go's own caches are the build's own (an earlier build could have
+            // poisoned a shared one); the toolchain is the one installed (never
+            // downloaded).
+            let go_home = out.join(".go");
+            c.current_dir(copy)
+                .args(["build", "-trimpath", "-o"])
+                .arg(out.join("control"))
+                .arg(".")
+                .env("GOFLAGS", "-mod=mod")
+                .env("GO111MODULE", "on")
+                .env("GOTOOLCHAIN", "local")
+                .env("GOCACHE", go_home.join("cache"))
+                .env("GOPATH", go_home.join("path"));
+            c
+        },
+    )
 }
 
 #[cfg(test)]
@@ -328,17 +385,59 @@ mod tests {
             cache,
             "server",
             Duration::from_secs(10),
-            |out| {
+            |copy, out| {
                 let mut c = Command::new("sh");
                 c.arg("-c").arg(format!(
                     "cp {} {}/server",
-                    src.join("main.c").display(),
+                    copy.join("main.c").display(),
                     out.display()
                 ));
                 c
             },
         )
         .unwrap()
+    }
+
+    /// The build sees a copy of the sources, runs as the unprivileged user,
+    /// and its binary ends up root-owned: it cannot change the worktree it
+    /// was built from, nor the binary it left.
+    #[test]
+    fn a_build_runs_unprivileged_on_a_copy_of_the_sources() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("main.c"), "int main;").unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let original = src.path().to_path_buf();
+        let built = cached_build(
+            "who",
+            src.path(),
+            cache.path(),
+            "server",
+            Duration::from_secs(10),
+            |copy, out| {
+                let mut c = Command::new("sh");
+                c.arg("-c").arg(format!(
+                    "id -u > {out}/server; echo x >> {copy}/main.c; touch {orig}/planted 2>/dev/null; true",
+                    out = out.display(),
+                    copy = copy.display(),
+                    orig = original.display()
+                ));
+                c
+            },
+        )
+        .unwrap();
+        let uid = std::fs::read_to_string(&built.binary).unwrap();
+        if let Some(id) = privilege::privilege().identity() {
+            assert_eq!(uid.trim(), id.uid.to_string());
+        }
+        assert!(!original.join("planted").exists());
+        assert_eq!(
+            std::fs::read_to_string(original.join("main.c")).unwrap(),
+            "int main;"
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&built.binary).unwrap().uid(), unsafe {
+            libc::geteuid()
+        });
     }
 
     #[test]
@@ -377,6 +476,9 @@ mod tests {
             return;
         }
         let d = tempfile::tempdir().unwrap();
+        if let Some(id) = privilege::privilege().identity() {
+            privilege::give(d.path(), id).unwrap(); // the run writes its pid there
+        }
         let pidfile = d.path().join("pid");
         let mut c = Command::new("sh");
         c.arg("-c").arg(format!(

@@ -31,6 +31,11 @@ pub struct Fingerprint {
     /// `warning:` prefix when a server could escape its trial.
     #[serde(default)]
     pub containment: String,
+    /// Who servers, builds and command agents ran as (see
+    /// [`crate::bench::privilege`]); a `warning:` prefix when they could
+    /// reach ratchet itself. Empty in records older than the drop.
+    #[serde(default)]
+    pub privilege: String,
     pub control_source_sha256: Option<String>,
     pub treatment_source_sha256: Option<String>,
 }
@@ -100,6 +105,13 @@ pub fn fingerprint(
             c.warning().map_or(c.description.clone(), |w| {
                 format!("warning: containment: {w}")
             })
+        },
+        privilege: {
+            let p = crate::bench::privilege::privilege();
+            match p.identity() {
+                Some(_) => p.describe(),
+                None => format!("warning: {}", p.describe()),
+            }
         },
         control_source_sha256: control_source,
         treatment_source_sha256: treatment_source,

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::bench::cgroup::{self, Cgroup, RationGroup};
 use crate::bench::meter::{MeterPlan, MeterReading, ServerCounters};
+use crate::bench::privilege;
 use crate::bench::procfs;
 use crate::bench::secrets;
 
@@ -159,6 +160,7 @@ impl RunningServer {
         let cgroup = Cgroup::create(&label, Some(core), ration)?;
         let join = cgroup.join_paths();
         let slice_ns = ration.map(|_| SHARED_SLICE_NS);
+        let privilege = privilege::privilege().clone();
         let mut command = Command::new(&server.program);
         secrets::minimal_env(&mut command);
         command
@@ -184,6 +186,8 @@ impl RunningServer {
                 if let Some(ns) = slice_ns {
                     set_slice(ns);
                 }
+                // Last: joining the cgroup and the pinning need root.
+                privilege::drop_in_child(&privilege)?;
                 let pid = libc::getpid();
                 libc::write(pid_w, &pid as *const i32 as *const libc::c_void, 4);
                 let mut go = 0u8;
@@ -241,7 +245,16 @@ impl RunningServer {
                 let _ = child.wait();
                 Err(e)
             }
-            (_, Err(e)) => Err(e).with_context(|| format!("starting {}", server.program.display())),
+            (_, Err(e)) => {
+                let who = match privilege::privilege().identity() {
+                    Some(id) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
+                        " as {} (uid {}): the program and every directory above it must be readable and searchable by that user",
+                        id.name, id.uid
+                    ),
+                    _ => String::new(),
+                };
+                Err(e).with_context(|| format!("starting {}{who}", server.program.display()))
+            }
         }
     }
 

@@ -16,6 +16,7 @@ pub mod loadgen;
 pub mod lock;
 pub mod marker;
 pub mod meter;
+pub mod privilege;
 pub mod probe;
 pub mod procfs;
 pub mod profile;

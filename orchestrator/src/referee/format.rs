@@ -109,6 +109,9 @@ pub fn compare_table(r: &CompareReport) -> String {
         },
         r.threshold * 100.0
     );
+    if r.environment.privilege.starts_with("warning") {
+        out += &format!("{}\n\n", r.environment.privilege);
+    }
     if r.environment.containment.starts_with("warning") {
         out += &format!("{}\n\n", r.environment.containment);
     }
