@@ -278,7 +278,8 @@ fn teardown_deferred_out_of_the_window_fails_the_gate() {
 fn a_daemon_left_by_a_server_dies_with_its_trial() {
     let _g = exclusive();
     let ws = temp_workspace("");
-    let pidfile = ws.path().join("daemon.pid");
+    let open = open_dir();
+    let pidfile = open.path().join("daemon.pid");
     let ok = faulty_arm("ok");
     let bad = format!(
         "cmd:{} --mode escape --pidfile {}",
@@ -317,7 +318,8 @@ fn a_server_sees_no_key_and_its_output_carries_none() {
     let _g = exclusive();
     let key = "sk-ratchet-test-0123456789abcdef";
     let ws = temp_workspace("[trial]\nready_timeout_ms = 500\n");
-    let seen = ws.path().join("seen.txt");
+    let open = open_dir();
+    let seen = open.path().join("seen.txt");
     let ok = faulty_arm("ok");
     let bad = format!(
         "cmd:{} --mode print_env --pidfile {}",

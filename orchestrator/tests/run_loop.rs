@@ -313,15 +313,22 @@ fn sd_upper_bound(ratios: &[f64]) -> f64 {
     s * (df / (df * (1.0 - h + z * h.sqrt()).powi(3))).sqrt()
 }
 
+/// A command agent works unprivileged on a copy of the worktree without
+/// its git directory: what it changes outside the allowed paths is
+/// rejected as `scope`, and what it tries beyond its copy (commit, plant a
+/// hook, reach the user's tree, rewrite a cached binary, hard-link a file
+/// in, have its server rewrite the worktree) has no effect at all.
 #[test]
 fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
     let _g = exclusive();
-    let scripts = tempfile::tempdir().unwrap();
+    // Where the agent, which runs unprivileged, keeps its own state.
+    let scripts = open_dir();
     let counter = scripts.path().join("calls");
     let env_dump = scripts.path().join("env");
     let outside = scripts.path().join("outside.c");
     std::fs::write(&outside, "int outside;\n").unwrap();
     let script = scripts.path().join("agent.sh");
+    let repo = tempfile::tempdir().unwrap();
     std::fs::write(
         &script,
         format!(
@@ -331,17 +338,18 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
              2) ln -s /etc/passwd treatment/evil.c; echo 'HYPOTHESIS: link a file in';;\n\
              3) echo '# tampered' >> treatment/Makefile; echo 'HYPOTHESIS: change the build';;\n\
              4) mkdir -p treatment/sub && echo 'int x;' > treatment/sub/x.c; echo 'HYPOTHESIS: a nested file';;\n\
-             5) echo '/* mine */' >> treatment/server.c; git -c user.name=a -c user.email=a@a commit -qam sneaky; echo 'HYPOTHESIS: commit it myself';;\n\
-             6) printf '#!/bin/sh\\nexit 0\\n' > \"$(git rev-parse --git-common-dir)/hooks/post-checkout\"; echo 'HYPOTHESIS: plant a hook';;\n\
-             7) echo '// reached through ..' >> ../../../control/main.go; echo 'HYPOTHESIS: edit the user tree';;\n\
-             8) sed -i 's/#define BACKLOG 4096/#define BACKLOG 4095/' treatment/server.c; for f in {cache}/treatment-*/server; do printf x >> \"$f\"; done; echo 'HYPOTHESIS: slow the champion down';;\n\
+             5) git -c user.name=a -c user.email=a@a commit -q --allow-empty -m sneaky; echo 'HYPOTHESIS: commit it myself';;\n\
+             6) printf '#!/bin/sh\\nexit 0\\n' > {root}/.git/hooks/post-checkout; echo 'HYPOTHESIS: plant a hook';;\n\
+             7) echo '// reached through ..' >> ../../../control/main.go; echo '// reached' >> {root}/control/main.go; echo 'HYPOTHESIS: edit the user tree';;\n\
+             8) for f in {cache}/treatment-*/server; do printf x >> \"$f\"; done; echo 'HYPOTHESIS: slow the champion down';;\n\
              9) ln {outside} treatment/linked.c; echo 'HYPOTHESIS: link a file from outside';;\n\
-             10) git update-index --skip-worktree treatment/Makefile; echo '# hidden' >> treatment/Makefile; echo 'HYPOTHESIS: hide a build change';;\n\
-             11) printf '#include <stdio.h>\\n__attribute__((constructor)) static void rewrite(void)\\n{{\\n\\tFILE *f = fopen(\"%s/control/main.go\", \"a\");\\n\\n\\tif (f) {{\\n\\t\\tfputs(\"// by the server\\\\n\", f);\\n\\t\\tfclose(f);\\n\\t}}\\n}}\\n' \"$PWD\" > treatment/rewrite.h; sed -i '1i #include \"rewrite.h\"' treatment/server.c; echo 'HYPOTHESIS: a server that edits its worktree';;\n\
+             10) echo '# hidden' >> treatment/Makefile; echo 'HYPOTHESIS: hide a build change';;\n\
+             11) printf '#include <stdio.h>\\n__attribute__((constructor)) static void rewrite(void)\\n{{\\n\\tFILE *f = fopen(\"{root}/control/main.go\", \"a\");\\n\\n\\tif (f) {{\\n\\t\\tfputs(\"// by the server\\\\n\", f);\\n\\t\\tfclose(f);\\n\\t}}\\n}}\\n' > treatment/rewrite.h; sed -i '1i #include \"rewrite.h\"' treatment/server.c; echo 'HYPOTHESIS: a server that edits the user tree';;\n\
              *) echo 'HYPOTHESIS: do nothing';;\n\
              esac\n",
             c = counter.display(),
             e = env_dump.display(),
+            root = repo.path().display(),
             cache = std::env::var("RATCHET_BUILD_CACHE")
                 .unwrap_or_else(|_| "/var/cache/ratchet/builds".into()),
             outside = outside.display(),
@@ -352,103 +360,59 @@ fn a_command_agent_cannot_change_anything_outside_the_allowed_paths() {
         "agent = \"command\"\n[agents.command]\nargv = [\"sh\", \"{}\"]\ntimeout_s = 20\n",
         script.display()
     );
-    let repo = fixture_repo(&config, &[]);
+    fixture_repo_in(repo.path(), &config, &[]);
     let root = repo.path();
     let branch_before = git(root, &["rev-parse", "main"]);
+    let user_tree = std::fs::read_to_string(root.join("control/main.go")).unwrap();
     let out = ratchet_run(
         root,
         &["--max-iterations", "12"],
         &[("RATCHET_TEST_SECRET", "hunter2")],
     );
-    // Nothing was kept or discarded: the run says so in its exit code.
-    assert_eq!(out.status.code(), Some(4), "{}", show(&out));
-    let (_, run_dir) = only_run(root);
+    assert!(matches!(out.status.code(), Some(0 | 4)), "{}", show(&out));
+    let (id, run_dir) = only_run(root);
+    let v = verdicts(&run_dir);
     assert_eq!(
-        verdicts(&run_dir),
+        v[..10],
         [
-            "scope", "scope", "scope", "scope", "scope", "scope", "scope", "scope", "scope",
-            "scope", "scope", "no_op"
+            "scope", "scope", "scope", "scope", "no_op", "no_op", "no_op", "no_op", "no_op",
+            "scope"
         ],
         "{}",
         show(&out)
     );
+    assert!(
+        ["keep", "discard", "promising"].contains(&v[10].as_str()),
+        "the server that tried to edit the user tree was measured like any other: {v:?}"
+    );
+    assert_eq!(v[11], "no_op");
     let a = attempts(&run_dir);
     assert!(a[0]["detail"].as_str().unwrap().contains("control/main.go"));
     assert!(a[1]["detail"].as_str().unwrap().contains("symbolic link"));
-    assert!(a[2]["detail"]
-        .as_str()
-        .unwrap()
-        .contains("treatment/Makefile"));
+    for i in [2, 9] {
+        let detail = a[i]["detail"].as_str().unwrap();
+        assert!(detail.contains("treatment/Makefile"), "{}", a[i]);
+    }
     assert!(a[3]["detail"]
         .as_str()
         .unwrap()
         .contains("treatment/sub/x.c"));
-    assert!(
-        a[4]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("the git directory: ref refs/heads/ratchet/"),
-        "{}",
-        a[4]
-    );
-    assert!(
-        a[5]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("hooks/post-checkout"),
-        "{}",
-        a[5]
-    );
-    let (id, _) = only_run(root);
     assert_eq!(
-        git(root, &["rev-parse", &format!("ratchet/{id}")]),
-        branch_before,
-        "the agent's own commit was undone"
+        git(root, &["rev-parse", &format!("ratchet/{id}")]).len(),
+        branch_before.len()
+    );
+    assert!(
+        !git(root, &["log", "--format=%s", &format!("ratchet/{id}")]).contains("sneaky"),
+        "the agent committed"
     );
     assert!(
         !root.join(".git/hooks/post-checkout").exists(),
-        "the planted hook was removed"
-    );
-    assert!(
-        a[6]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("outside the worktree: control/main.go"),
-        "{}",
-        a[6]
+        "the agent planted a hook"
     );
     assert_eq!(
         std::fs::read_to_string(root.join("control/main.go")).unwrap(),
-        std::fs::read_to_string(repo_root().join("control/main.go")).unwrap(),
-        "the user's tree was restored"
-    );
-    assert!(
-        a[7]["detail"].as_str().unwrap().contains("changed on disk"),
-        "{}",
-        a[7]
-    );
-    assert!(
-        a[8]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("linked.c (hard link)"),
-        "{}",
-        a[8]
-    );
-    assert!(
-        a[9]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("treatment/Makefile"),
-        "{}",
-        a[9]
-    );
-    let moved = a[10]["detail"].as_str().unwrap();
-    assert!(
-        moved.contains("the worktree changed after the scope check")
-            && moved.contains("control/main.go"),
-        "{}",
-        a[10]
+        user_tree,
+        "the agent or its server reached the user's tree"
     );
     let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
     assert_clean(&worktree);

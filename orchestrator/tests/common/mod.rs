@@ -104,6 +104,15 @@ pub fn compare_json_env(
     )
 }
 
+/// A temporary directory any user may write: where a server, which runs
+/// unprivileged, leaves what a test reads back.
+pub fn open_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
 /// A temporary directory holding a harness.toml (with `extra` appended).
 /// It measures in task-clock: these tests are of the host's referee, and
 /// `auto` picks the emulated meter wherever the emulator is set up
@@ -213,7 +222,16 @@ pub fn fixture_repo_with_spin(
     spin_ns: u64,
 ) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
+    fill_fixture_repo(dir.path(), extra_config, playbook, spin_ns);
+    dir
+}
+
+/// [`fixture_repo`] laid out in the existing directory `root`.
+pub fn fixture_repo_in(root: &Path, extra_config: &str, playbook: &[String]) {
+    fill_fixture_repo(root, extra_config, playbook, 160_000);
+}
+
+fn fill_fixture_repo(root: &Path, extra_config: &str, playbook: &[String], spin_ns: u64) {
     let src = repo_root();
     for sub in ["treatment", "control"] {
         std::fs::create_dir_all(root.join(sub)).unwrap();
@@ -268,7 +286,6 @@ pub fn fixture_repo_with_spin(
             "fixture",
         ],
     );
-    dir
 }
 
 /// Commits every tracked change in `dir` as a test user.
