@@ -396,6 +396,12 @@ impl Config {
             86_400.0,
         )?;
         range("run.max_blocks", self.run.max_blocks as f64, 1.0, 1000.0)?;
+        range(
+            "meter.task_clock_drift",
+            self.meter.task_clock_drift,
+            0.0,
+            0.5,
+        )?;
         range("run.suspicious_gain", self.run.suspicious_gain, 1.0, 1e6)?;
         range(
             "run.smoke_window_ms",

@@ -55,12 +55,37 @@ pub enum MeterChoice {
 #[serde(deny_unknown_fields, default)]
 pub struct MeterConfig {
     pub event: MeterChoice,
+    /// How far one pair's task-clock ratio moves between measurements
+    /// minutes apart on this machine, as a standard deviation of its log:
+    /// spread that more windows in one measurement never shrink (the VM's
+    /// speed, the host's neighbours), so every task-clock interval adds it.
+    /// Measured with `benchmarks/drift.sh` and `benchmarks/coverage.py`
+    /// (docs/referee.md); 0 leaves the intervals to the windows alone.
+    pub task_clock_drift: f64,
 }
 
 impl Default for MeterConfig {
     fn default() -> Self {
         Self {
             event: MeterChoice::Auto,
+            task_clock_drift: DEFAULT_TASK_CLOCK_DRIFT,
+        }
+    }
+}
+
+/// [`MeterConfig::task_clock_drift`] as measured on the project's 2-vCPU
+/// VM (benchmarks/records/drift-20261205T163630Z).
+pub const DEFAULT_TASK_CLOCK_DRIFT: f64 = 0.025;
+
+impl MeterConfig {
+    /// The between-measurement spread to add to intervals of `source`:
+    /// the software clock's, or none (instruction counts do not move with
+    /// the machine's speed; the emulated meter's A/A medians spread 0.16%,
+    /// well inside their intervals).
+    pub fn drift_of(&self, source: MeterSource) -> f64 {
+        match source {
+            MeterSource::Os => self.task_clock_drift,
+            MeterSource::Pmu | MeterSource::Emulated => 0.0,
         }
     }
 }
@@ -100,6 +125,9 @@ pub struct MeterPlan {
     pub cores: usize,
     /// The emulator, when the source is emulated.
     pub emulator: Option<Arc<Emulator>>,
+    /// The between-measurement spread its intervals add (see
+    /// [`MeterConfig::drift_of`]).
+    pub drift: f64,
 }
 
 impl MeterPlan {
@@ -117,6 +145,7 @@ impl MeterPlan {
             sut_core,
             cores,
             emulator: emulator.map(Arc::new),
+            drift: 0.0,
         };
         let emulated = |e: Emulator, why: &str| {
             let reason = format!(
@@ -390,6 +419,7 @@ mod tests {
             syscalls_tracepoint: None,
             sut_core: 0,
             cores: 1,
+            drift: 0.0,
         };
         let mut fds = [0; 2];
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);

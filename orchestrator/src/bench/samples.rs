@@ -35,6 +35,11 @@ pub struct Samples {
     /// (and in records older than the screen, or measured emulated).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<Option<Dropped>>,
+    /// The meter's spread between measurements (sd of the log ratio) that
+    /// every interval of these samples adds; absent where none was (older
+    /// records, instruction counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<f64>,
 }
 
 /// A built binary no longer matches the hash it had when it was built: some
@@ -86,6 +91,7 @@ impl Samples {
             schedule: None,
             regime: None,
             dropped: Vec::new(),
+            drift: None,
         }
     }
 

@@ -55,6 +55,7 @@ impl Samples {
             );
         }
         self.schedule = Some(settings.schedule);
+        self.drift = (plan.drift > 0.0).then_some(plan.drift);
         if self.dropped.is_empty() {
             self.dropped = screen::screen(arms, plan, settings)?;
         }

@@ -52,7 +52,8 @@ impl Session {
         }
         pin_self(&load_cores);
         let lock = CoreLock::acquire(sut, holder)?;
-        let plan = MeterPlan::detect(config.meter.event, &config.emulator, sut, cores)?;
+        let mut plan = MeterPlan::detect(config.meter.event, &config.emulator, sut, cores)?;
+        plan.drift = config.meter.drift_of(plan.source);
         if plan.event == crate::bench::meter::MeterEvent::TaskClock {
             tracing::info!("meter: {}", plan.reason);
         }

@@ -87,7 +87,10 @@ impl Samples {
         let valid = self.gate(arm).passed && self.gate(baseline).passed && !ratios.is_empty();
         let median = (!ratios.is_empty()).then(|| stats::median(&ratios));
         let interval = stats::median_interval(&ratios, level);
-        let ci = interval.map(|i| [i.lo, i.hi]);
+        let ci = interval.zip(median).map(|(i, m)| match self.drift {
+            Some(d) if d > 0.0 => stats::with_drift(m, [i.lo, i.hi], d, level),
+            _ => [i.lo, i.hi],
+        });
         let verdict = match (valid, median, ci) {
             (true, Some(m), Some(ci)) => verdict::judge(m, (ci[0], ci[1]), threshold),
             _ => Verdict::Invalid,
@@ -99,6 +102,7 @@ impl Samples {
             ratio_ci95: ci,
             ci_level: level,
             ci_coverage: interval.map(|i| i.coverage),
+            drift: self.drift,
             ratio_cv: (ratios.len() > 1).then(|| stats::coefficient_of_variation(&ratios)),
             block_ratios: ratios,
             verdict,
@@ -195,10 +199,15 @@ pub struct Comparison {
     pub ratio_ci95: Option<[f64; 2]>,
     #[serde(default = "default_level")]
     pub ci_level: f64,
-    /// The interval's exact coverage (order statistics of the median);
-    /// absent from records made with the bootstrap.
+    /// The exact coverage of the windows' own interval (order statistics
+    /// of the median), before any `drift` widened it; absent from records
+    /// made with the bootstrap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_coverage: Option<f64>,
+    /// The between-measurement spread (sd of the log ratio) the interval
+    /// adds, if any: see `meter.task_clock_drift`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<f64>,
     pub verdict: Verdict,
     pub ratio_cv: Option<f64>,
     pub block_ratios: Vec<f64>,
@@ -220,6 +229,7 @@ impl Comparison {
             ratio_ci95: Some([lo, hi]),
             ci_level: 0.95,
             ci_coverage: None,
+            drift: None,
             verdict: verdict::judge(median, (lo, hi), threshold),
             ratio_cv: None,
             block_ratios: vec![],
@@ -326,7 +336,27 @@ mod tests {
             schedule: None,
             regime: None,
             dropped: vec![],
+            drift: None,
         }
+    }
+
+    /// A 4% saving whose windows agree closely is `better` within its
+    /// minute, and `same` once the meter's spread between minutes (2.5%
+    /// under task-clock here) is added: the interval then reaches past 1.
+    #[test]
+    fn drift_between_measurements_widens_the_interval_and_the_verdict_follows() {
+        let base = [Some(100.0); 12];
+        let arm: Vec<Option<f64>> = (0..12).map(|i| Some(96.0 + (i % 3) as f64 * 0.2)).collect();
+        let mut s = samples(&base, &arm);
+        let tight = s.compare(1, 0, 0.03);
+        assert_eq!(tight.verdict, Verdict::Better);
+        s.drift = Some(0.025);
+        let wide = s.compare(1, 0, 0.03);
+        assert_eq!(wide.ratio_median, tight.ratio_median);
+        assert_eq!(wide.drift, Some(0.025));
+        let [lo, hi] = wide.ratio_ci95.unwrap();
+        assert!(hi > 1.0 && lo < 0.93, "{lo} {hi}");
+        assert_eq!(wide.verdict, Verdict::Same);
     }
 
     #[test]

@@ -183,6 +183,13 @@ pub fn compare_table(r: &CompareReport) -> String {
             base.arm
         );
     }
+    if let Some(d) = r.comparisons.iter().find_map(|c| c.drift) {
+        out += &format!(
+            "  (each CI95 adds the meter's spread between measurements, {:.1}% (meter.task_clock_drift): \
+             it holds for a measurement at another time, not only this one's minute)\n",
+            d * 100.0
+        );
+    }
     for c in &r.comparisons {
         let arm = &r.arms[c.arm].arm;
         let ci = fmt_ci(c.ratio_ci95);

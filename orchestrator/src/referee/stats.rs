@@ -93,6 +93,18 @@ pub fn median_interval(samples: &[f64], level: f64) -> Option<MedianInterval> {
     })
 }
 
+/// `interval` of a ratio around `median`, widened for a spread between
+/// measurements: on the log scale each half-width adds z * `drift` in
+/// quadrature, z the normal quantile of `level`. The windows of one
+/// measurement share its minute; the interval then covers the ratio a
+/// measurement at another time would find, not only this minute's.
+pub fn with_drift(median: f64, interval: [f64; 2], drift: f64, level: f64) -> [f64; 2] {
+    let z = normal_quantile(0.5 + level / 2.0);
+    let widen = |half: f64| (half * half + (z * drift).powi(2)).sqrt();
+    let (below, above) = ((median / interval[0]).ln(), (interval[1] / median).ln());
+    [median / widen(below).exp(), median * widen(above).exp()]
+}
+
 /// The median of `samples` and its 95% interval; None for too few samples.
 pub fn median_ci95(samples: &[f64]) -> Option<(f64, [f64; 2])> {
     median_and_interval(samples, 0.95)
@@ -380,5 +392,22 @@ mod tests {
         assert_eq!(samples_needed(0.001, 0.03, 0.95, 0.8), MIN_SAMPLES);
         assert_eq!(min_samples(0.95), 6);
         assert_eq!(min_samples(0.975), 7);
+    }
+
+    #[test]
+    fn drift_widens_an_interval_in_quadrature_on_the_log_scale() {
+        let (m, ci) = (0.8, [0.78, 0.83]);
+        let same = with_drift(m, ci, 0.0, 0.95);
+        assert!((same[0] - ci[0]).abs() < 1e-12 && (same[1] - ci[1]).abs() < 1e-12);
+        // A point interval becomes +-1.96 drift (in logs).
+        let [lo, hi] = with_drift(m, [m, m], 0.02, 0.95);
+        assert!(((m / lo).ln() - 1.96 * 0.02).abs() < 1e-4, "{lo}");
+        assert!(((hi / m).ln() - 1.96 * 0.02).abs() < 1e-4, "{hi}");
+        // Each side adds alike; the wider side stays wider.
+        let [lo, hi] = with_drift(m, ci, 0.02, 0.95);
+        let (below, above) = ((m / lo).ln(), (hi / m).ln());
+        let z = 1.959_964 * 0.02;
+        assert!((below - ((m / 0.78f64).ln().powi(2) + z * z).sqrt()).abs() < 1e-6);
+        assert!((above - ((0.83f64 / m).ln().powi(2) + z * z).sqrt()).abs() < 1e-6);
     }
 }

@@ -103,6 +103,8 @@ impl GuestSettings {
             sut_core: self.vcpus - 1,
             cores: self.vcpus,
             emulator: None,
+            // The host judges the guest's counts, not its clock.
+            drift: 0.0,
         }
     }
 }
