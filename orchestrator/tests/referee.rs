@@ -460,16 +460,32 @@ fn alone_every_arm_keeps_the_generator_equally_busy() {
         .as_array()
         .expect("arms sized alone");
     let share = |a: &Value| a["quota_us"].as_f64().unwrap() / a["period_us"].as_f64().unwrap();
-    assert!(share(&alone[1]) > 2.0 * share(&alone[0]), "{report}");
+    // Each share follows its arm's own probe cost. Not a fixed factor of
+    // two: the probe read the two arms' costs 3.5 times apart on a quiet
+    // minute and 1.76 times (26,099 against 46,059 ns) on a noisy one, when
+    // this test asked for 2 and failed. The sizing is arithmetic on those
+    // costs, so the shares' ratio is the costs' to within rounding.
+    let cost = |i: usize| report["regime"]["probe_costs"][i].as_f64().unwrap();
+    let (shares, costs) = (share(&alone[1]) / share(&alone[0]), cost(1) / cost(0));
+    assert!(
+        costs > 1.3,
+        "the dear arm did not cost more in the probe: {report}"
+    );
+    assert!(
+        (shares / costs - 1.0).abs() < 0.05,
+        "shares {shares:.2} apart for costs {costs:.2} apart: {}",
+        report["regime"]
+    );
     // Equal shares leave the generator about a third as busy for the dear
-    // arm (0.18 against 0.56, seen with this feature broken). Sized alone it
-    // is close, not equal: with half of the core the dear fixture cannot
-    // quite use its share at 256 connections (0.76-0.82 of it, measured),
-    // and its generator ran 0.44-0.49 busy against the cheap arm's 0.54-0.67.
+    // arm (0.18 against 0.56: 0.32, seen with this feature broken). Sized
+    // alone it is close, not equal: with half of the core the dear fixture
+    // cannot quite use its share at 256 connections (0.76-0.82 of it), and
+    // its generator ran 0.44-0.49 busy against the cheap arm's 0.54-0.67
+    // (0.66-0.91). The line sits between the two, at 0.5.
     let busy = |i| arm(&report, i)["generator_busy"].as_f64().unwrap();
     let (cheap, costly) = (busy(0), busy(1));
     assert!(
-        (0.6..1.5).contains(&(costly / cheap)),
+        (0.5..1.5).contains(&(costly / cheap)),
         "generator {cheap:.2} busy for the cheap arm, {costly:.2} for the dear one"
     );
 }

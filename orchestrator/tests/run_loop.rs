@@ -608,15 +608,21 @@ fn a_build_that_never_ends_is_killed_and_recorded() {
     let a = &attempts(&run_dir)[0];
     assert!(a["durations"]["build_s"].as_f64().unwrap() < 10.0, "{a}");
     assert!(started.elapsed() < Duration::from_secs(120));
-    let left = Command::new("pgrep")
-        .args(["-f", &root.display().to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        left.stdout.is_empty(),
-        "a compiler outlived its timeout: {}",
-        String::from_utf8_lossy(&left.stdout)
-    );
+    // Builds run on a copy of the sources in the cache: a compiler left
+    // running would name the worktree or the cache's staging directory.
+    let cache =
+        std::env::var("RATCHET_BUILD_CACHE").unwrap_or_else(|_| "/var/cache/ratchet/builds".into());
+    for place in [root.display().to_string(), format!("{cache}/.tmp")] {
+        let left = Command::new("pgrep")
+            .args(["-af", &place])
+            .output()
+            .unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "a compiler outlived its timeout: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
 }
 
 #[test]
