@@ -9,4 +9,4 @@ scripts/local-model.sh install   # the real model the API agents' tests talk to 
 cargo fmt --all -- --check
 cargo clippy --release --all-targets -- -D warnings
 (cd control && test -z "$(gofmt -l .)" && go vet ./...)
-cargo test --release
+cargo test --release --no-fail-fast   # every test binary runs, whatever fails first
