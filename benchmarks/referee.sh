@@ -113,8 +113,8 @@ if [[ $what == regime || $what == all ]]; then
   rm -f "$idle"
 fi
 if [[ $what == schedules || $what == all ]]; then
-  # A ratio drifts between measurements more than its interval says (README,
-  # "between measurements"), so one duet against one blocks run mostly
+  # A ratio drifts between measurements more than its windows say
+  # (docs/referee.md, "Intervals that hold at another time"), so one duet against one blocks run mostly
   # measures the minute. Pairs alternate which schedule goes first (ABBA), so
   # a steady drift lands on both alike; the summary takes the paired gaps.
   [[ -n ${arms[*]:-} ]] || three_arms

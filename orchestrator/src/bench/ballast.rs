@@ -5,7 +5,7 @@
 //! about a third of the SUT core and it halts in between; a vCPU that halts
 //! pays on every wake-up, and that cost landed in the servers' counters:
 //! with the ballast, one duet measured vanilla at 16.7 us per connection
-//! against 21.9 us without it (see the README). `SCHED_IDLE` runs only when
+//! against 21.9 us without it (docs/referee.md, "The saturated regime"). `SCHED_IDLE` runs only when
 //! nothing else on the core can, so it takes no time a server wants; it
 //! touches no memory, so it leaves the caches as it found them. It runs in
 //! a cgroup of its own (killed with it) and its CPU time is read apart, so

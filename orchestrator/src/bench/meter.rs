@@ -4,7 +4,8 @@
 //! covered too (see [`crate::bench::launch`]).
 //!
 //! The primary event is hardware instructions where a PMU exists; elsewhere
-//! (VMs without a PMU) it is software task-clock in nanoseconds. The unit is
+//! (VMs without a PMU) instructions counted in an emulated guest where one is
+//! set up, else software task-clock in nanoseconds. The unit is
 //! carried with every number, so a figure is never printed in a unit it was not
 //! measured in.
 

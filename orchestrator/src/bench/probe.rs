@@ -362,7 +362,7 @@ pub fn settle(
 /// arms. Not equal shares: a costlier arm would then run beside an idler
 /// generator and pay more to wake it (sending the response wakes the
 /// client). Nor the whole target: served at n times its duet rate, an arm's
-/// cost moved with the rate, the Go control's most (README, "The
+/// cost moved with the rate, the Go control's most (docs/referee.md, "The
 /// schedules").
 fn allot(
     costs: &[Option<f64>],

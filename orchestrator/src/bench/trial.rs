@@ -63,7 +63,7 @@ impl TrialSettings {
     /// `connections` in flight at each of them, so a server holds the same
     /// backlog whether it is measured alone or beside others. What a
     /// connection costs grows with how many a server holds (see the
-    /// README, "Connections in flight").
+    /// docs/referee.md, "Connections in flight").
     pub fn load_spec(&self, ports: &[u16]) -> LoadSpec {
         LoadSpec {
             targets: ports

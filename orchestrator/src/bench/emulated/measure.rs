@@ -1,7 +1,7 @@
 //! The host's side of an emulated measurement: the samples are shared out
 //! over guests that run at once, each guest measures every arm in blocks
 //! (a fresh server per trial, a fresh random order per block), and the
-//! server vCPU's instructions in each window, read from the meter plugin,
+//! whole guest's instructions in each window, read from the meter plugin,
 //! become that trial's cost per connection.
 //!
 //! A guest that panics, hangs or never boots while an arm runs in it
@@ -336,7 +336,7 @@ fn running_arm(channel: &[String], arms: &[Arm]) -> Option<usize> {
 }
 
 /// The samples the guest reported, each window's cost replaced by the
-/// server vCPU's instructions per connection.
+/// whole guest's instructions per connection.
 fn guest_samples(
     channel: &[String],
     marks: &Marks,
