@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The emulated meter's own benchmarks, in emulated instructions (see
 # docs/emulated-meter.md). Each writes its compare --json documents under
-# benchmarks/records/emulated-<UTC time>/ with the command that made them.
+# benchmarks/runs/emulated-<UTC time>/ with the command that made them.
 #
 #   benchmarks/emulated.sh table     the study's table: the control, vanilla,
 #                                    each of the playbook's six published
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:?usage: benchmarks/emulated.sh table|aa [N]|planted}
-out=benchmarks/records/emulated-$(date -u +%Y%m%dT%H%M%SZ)
+out=benchmarks/runs/emulated-$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"

@@ -2,7 +2,7 @@
 # The referee's benchmarks on this machine (issue: "the referee resolves 3%").
 # Every figure is a ratio measured side by side in one `ratchet compare`;
 # nothing here is timed in a test. Writes every JSON document to
-# results/benchmarks/<stamp>/ and prints the summary of summarize.py.
+# benchmarks/runs/<stamp>/ and prints the summary of summarize.py.
 #
 #   benchmarks/referee.sh [aa|planted|agreement|regime|schedules|inflight|manycore|all] [RUN_ID]
 #
@@ -33,7 +33,7 @@ cd "$(dirname "$0")/.."
 what=${1:-all}
 run=${2:-}
 R=./target/release/ratchet
-out=results/benchmarks/$(date -u +%Y%m%dT%H%M%SZ)
+out=benchmarks/runs/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 cargo build --release -q
 

@@ -6,7 +6,7 @@
 #   benchmarks/command-agent/run.sh            ratchet run --agent command --max-iterations 1
 #                                              in a scratch clone: it MEASURES ON THIS HOST (the
 #                                              A/A check, then the attempt). Records go to
-#                                              benchmarks/records/command-agent-<UTC time>/
+#                                              benchmarks/runs/command-agent-<UTC time>/
 #   benchmarks/command-agent/run.sh --propose  ratchet propose --agent command instead: the same
 #                                              agent, prompt and build, nothing measured; records
 #                                              go to ${TMPDIR:-/tmp}/command-agent-propose-<UTC time>/
@@ -40,7 +40,7 @@ AGENT_TIMEOUT_S=${AGENT_TIMEOUT_S:-900}
 MODEL=${RATCHET_CODEX_MODEL:-smollm2}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 if [ $mode = run ]; then
-  out=$repo/benchmarks/records/command-agent-$stamp
+  out=$repo/benchmarks/runs/command-agent-$stamp
 else
   out=${TMPDIR:-/tmp}/command-agent-propose-$stamp
 fi
