@@ -276,15 +276,20 @@ fn a_server_that_never_goes_still_is_measured_in_bounded_time_and_caught() {
     );
 }
 
+/// A server runs unprivileged in the guest too, so it cannot crash the
+/// guest's kernel through sysrq (as root it did, and its guest ended as
+/// "the guest kernel panicked"): it fails its own gate, saying why, and the
+/// other arm is measured.
 #[test]
-fn a_server_that_crashes_the_guest_kernel_is_invalid_and_the_others_are_measured() {
+fn a_server_that_tries_to_crash_the_guest_kernel_cannot_and_the_others_are_measured() {
     let _g = exclusive();
     let crash = "cmd:/bin/sh -c 'echo c > /proc/sysrq-trigger; sleep 60'";
     let r = report(&compare("", &["treatment", crash], 6, &[]));
     assert_eq!(r["arms"][0]["gate"]["passed"], true, "{}", r["arms"]);
     assert_eq!(r["arms"][1]["gate"]["passed"], false, "{}", r["arms"]);
     let detail = r["arms"][1]["gate"].to_string();
-    assert!(detail.contains("panicked"), "{detail}");
+    assert!(detail.contains("Permission denied"), "{detail}");
+    assert!(!detail.contains("panicked"), "{detail}");
     assert_eq!(r["comparisons"][0]["verdict"], "invalid");
     assert!(r["trials"][0][5]["cost_per_connection"].as_f64().is_some());
 }

@@ -116,8 +116,10 @@ pub fn run_bounded(
     unsafe {
         cmd.pre_exec(move || {
             cgroup::join_from_child(&join)?;
+            privilege::drop_in_child(&privilege)?;
+            // After the drop, which clears it (see bench/launch.rs).
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            privilege::drop_in_child(&privilege)
+            Ok(())
         });
     }
     let mut child = cmd.spawn().with_context(|| format!("running {cmd:?}"))?;

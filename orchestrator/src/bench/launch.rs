@@ -178,7 +178,6 @@ impl RunningServer {
                 cgroup::join_from_child(&join)?;
                 libc::close(pid_r);
                 libc::close(go_w);
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 if libc::setpgid(0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -188,6 +187,10 @@ impl RunningServer {
                 }
                 // Last: joining the cgroup and the pinning need root.
                 privilege::drop_in_child(&privilege)?;
+                // After the drop, which clears it (a change of effective
+                // uid does): set before, a SIGKILLed ratchet left its
+                // servers running.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 let pid = libc::getpid();
                 libc::write(pid_w, &pid as *const i32 as *const libc::c_void, 4);
                 let mut go = 0u8;

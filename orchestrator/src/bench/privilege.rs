@@ -96,7 +96,8 @@ fn lookup(user: &str) -> Option<(String, u32, u32)> {
 }
 
 /// In a forked child before exec: becomes `id` for good. Only
-/// async-signal-safe system calls.
+/// async-signal-safe system calls. The change of uid clears the parent-death
+/// signal: set it after this.
 pub fn drop_to(id: &Identity) -> std::io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc != 0 {
