@@ -257,12 +257,46 @@ fn a_keep_bought_with_latency_is_rejected() {
     assert!(detail.contains("latency regression: p99"), "{detail}");
 }
 
+/// Sets the fixture's `meter.task_clock_drift` to 0, committed.
+fn without_drift(root: &Path) {
+    let config = root.join("harness.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "event = \"task-clock\"\n",
+        "event = \"task-clock\"\ntask_clock_drift = 0.0\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    commit_all(root, "no drift");
+}
+
+/// Under task-clock with the drift it was measured with here, a 5% line
+/// is out of reach however many samples: refused before any measurement,
+/// saying what would do.
+#[test]
+fn a_threshold_inside_the_meters_drift_is_refused_before_measuring() {
+    let _g = exclusive();
+    let repo = fixture_repo("", &[]);
+    let root = repo.path();
+    let started = Instant::now();
+    let out = ratchet_run(root, &["--threshold", "0.05"], &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", show(&out));
+    let text = show(&out);
+    assert!(
+        text.contains("meter.task_clock_drift") && text.contains("emulated"),
+        "{text}"
+    );
+    let (_, run_dir) = only_run(root);
+    assert!(run_json(&run_dir)["aa"].is_null(), "it measured an A/A");
+    assert!(started.elapsed() < Duration::from_secs(60));
+}
+
 #[test]
 fn a_refused_run_exits_3_and_says_why() {
     let _g = exclusive();
-    // A threshold no machine resolves in 6 samples.
+    // A threshold no machine resolves in 6 samples. The intervals are the
+    // windows' own (no drift), so the A/A check measures before refusing.
     let repo = fixture_repo("max_blocks = 6\n", &[]);
     let root = repo.path();
+    without_drift(root);
     let out = ratchet_run(root, &["--threshold", "0.0001"], &[]);
     assert_eq!(out.status.code(), Some(3), "{}", show(&out));
     assert!(

@@ -79,9 +79,43 @@ pub fn size(ratios: &[f64], earlier: &[f64], threshold: f64) -> (f64, usize, boo
     }
 }
 
+/// The smallest change a meter whose ratios move by `drift` between
+/// measurements resolves, at the decision level with [`POWER`], however
+/// many samples one measurement takes: its intervals never get narrower
+/// than the drift (see `referee::stats::with_drift`).
+pub fn resolvable_under_drift(drift: f64) -> f64 {
+    let z = stats::normal_quantile(0.5 + DECISION_LEVEL / 2.0) + stats::normal_quantile(POWER);
+    1.0 - (-z * drift).exp()
+}
+
+/// Why a run at `threshold` would be a lottery before anything is
+/// measured: the meter's drift alone puts the threshold out of reach.
+pub fn drift_refusal(drift: f64, threshold: f64) -> Option<String> {
+    let smallest = resolvable_under_drift(drift);
+    (drift > 0.0 && smallest > threshold).then(|| {
+        format!(
+            "this meter's ratios move between measurements by {:.1}% (meter.task_clock_drift, measured with \
+             benchmarks/drift.sh), which no number of samples in one measurement narrows: no change smaller than \
+             about {:.1}% is resolved ({:.1}% intervals, {:.0}% power), and the threshold is {:.1}%. Measure in \
+             instructions (meter.event = \"emulated\" once scripts/setup.sh has set the emulator up, or a machine \
+             with a PMU), or raise compare.threshold to {:.1}%. Not running a lottery.",
+            drift * 100.0,
+            smallest * 100.0,
+            DECISION_LEVEL * 100.0,
+            POWER * 100.0,
+            threshold * 100.0,
+            smallest * 100.0
+        )
+    })
+}
+
 impl Loop<'_> {
     /// Returns the refusal, when the run cannot go on.
     pub(super) fn aa_check(&mut self) -> Result<Option<String>> {
+        let threshold = self.config().compare.threshold;
+        if let Some(refusal) = drift_refusal(self.session.plan.drift, threshold) {
+            return Ok(Some(refusal));
+        }
         let mut earlier: Option<(AaCheck, String)> = None;
         for look in 1..=LOOKS {
             let earlier_ratios = earlier.as_ref().map(|(c, _)| c.block_ratios.as_slice());
@@ -283,6 +317,19 @@ enum Look {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Task-clock here (2.5% between measurements) resolves about 7% at
+    /// best: a 3% line is refused before anything is measured, a 10% one
+    /// is not, and a meter without drift is never refused for it.
+    #[test]
+    fn a_threshold_inside_the_drift_is_refused_before_measuring() {
+        let smallest = resolvable_under_drift(0.025);
+        assert!((0.07..0.08).contains(&smallest), "{smallest}");
+        let why = drift_refusal(0.025, 0.03).expect("refused");
+        assert!(why.contains("meter.task_clock_drift") && why.contains("Not running a lottery"));
+        assert_eq!(drift_refusal(0.025, 0.1), None);
+        assert_eq!(drift_refusal(0.0, 0.0001), None);
+    }
 
     #[test]
     fn a_look_that_would_raise_the_samples_or_refuse_is_taken_again_once() {
