@@ -6,8 +6,18 @@ use std::process::Command;
 
 use crate::bench::meter::MeterPlan;
 
+/// The format of the records ratchet writes (a run's `run.json`, a
+/// `compare --json` document), raised when a reader of an older one would
+/// misread a newer one. Records older than the field are schema 0 and read
+/// the same; a record newer than this ratchet is refused by name.
+pub const RECORD_SCHEMA: u32 = 1;
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Fingerprint {
+    /// See [`RECORD_SCHEMA`]; 0 in records made before it.
+    #[serde(default)]
+    pub schema: u32,
+    /// The crate's version and the git revision it was built from.
     pub ratchet_version: String,
     pub kernel: String,
     pub cpu_model: String,
@@ -87,7 +97,12 @@ pub fn fingerprint(
     treatment_source: Option<String>,
 ) -> Fingerprint {
     Fingerprint {
-        ratchet_version: env!("CARGO_PKG_VERSION").into(),
+        schema: RECORD_SCHEMA,
+        ratchet_version: format!(
+            "{} ({})",
+            env!("CARGO_PKG_VERSION"),
+            env!("RATCHET_GIT_REV")
+        ),
         kernel: kernel(),
         cpu_model: cpu_model(),
         cores: plan.cores,

@@ -35,10 +35,33 @@ pub struct AaCheck {
     pub remeasured: Option<Box<AaCheck>>,
 }
 
+/// A configuration as the ratchet that made a record wrote it. Settings
+/// this ratchet no longer has are dropped: a record is read back, never run
+/// from, and a strict reading refused every run made before a setting was
+/// removed (the emulated meter's `connections` and `quota_us`, say).
+fn recorded_config<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Config, D::Error> {
+    use serde::de::Error;
+    fn prune(v: &mut serde_json::Value, shape: &serde_json::Value) {
+        if let (serde_json::Value::Object(fields), serde_json::Value::Object(known)) = (v, shape) {
+            fields.retain(|k, _| known.contains_key(k));
+            for (k, f) in fields.iter_mut() {
+                prune(f, &known[k]);
+            }
+        }
+    }
+    let mut v = serde_json::Value::deserialize(d)?;
+    prune(
+        &mut v,
+        &serde_json::to_value(Config::default()).map_err(D::Error::custom)?,
+    );
+    serde_json::from_value(v).map_err(D::Error::custom)
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunRecord {
     pub run_id: String,
     pub started_at: String,
+    #[serde(deserialize_with = "recorded_config")]
     pub config: Config,
     pub fingerprint: Fingerprint,
     pub base_commit: String,

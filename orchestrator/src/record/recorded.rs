@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
+use crate::bench::environment::RECORD_SCHEMA;
 use crate::record::journal::{self, AttemptRecord, RunRecord};
 
 /// A run as `results/<run-id>/` holds it.
@@ -31,6 +32,15 @@ impl RecordedRun {
             );
         }
         let run: RunRecord = crate::files::read_json(&run_path)?;
+        if run.fingerprint.schema > RECORD_SCHEMA {
+            bail!(
+                "{} was written by a newer ratchet (record schema {}, this one reads up to {}): {}",
+                run_path.display(),
+                run.fingerprint.schema,
+                RECORD_SCHEMA,
+                run.fingerprint.ratchet_version
+            );
+        }
         let attempts = journal::read_attempts(&dir.join("attempts.jsonl"))?;
         Ok(Self { dir, run, attempts })
     }
@@ -62,4 +72,48 @@ pub fn latest_run(results: &Path) -> Result<String> {
     ids.sort();
     ids.pop()
         .with_context(|| format!("no recorded run in {}", results.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed_results() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../results")
+    }
+
+    /// Every run committed under results/ still opens, whatever schema it
+    /// was written in.
+    #[test]
+    fn every_committed_run_still_loads() {
+        let mut opened = 0;
+        for e in std::fs::read_dir(committed_results()).unwrap() {
+            let dir = e.unwrap().path();
+            if !dir.join("run.json").is_file() {
+                continue;
+            }
+            let id = dir.file_name().unwrap().to_str().unwrap().to_string();
+            let run = RecordedRun::open(&committed_results(), Some(&id))
+                .unwrap_or_else(|e| panic!("{id}: {e:#}"));
+            assert!(run.run.fingerprint.schema <= RECORD_SCHEMA);
+            assert!(!run.attempts.is_empty(), "{id} has no attempts");
+            opened += 1;
+        }
+        assert!(opened >= 5, "only {opened} committed runs found");
+    }
+
+    #[test]
+    fn a_record_from_a_newer_ratchet_is_refused_by_name() {
+        let results = tempfile::tempdir().unwrap();
+        let src = committed_results().join("20261205-150228");
+        let dir = results.path().join("r");
+        std::fs::create_dir(&dir).unwrap();
+        let mut run: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(src.join("run.json")).unwrap()).unwrap();
+        run["fingerprint"]["schema"] = (RECORD_SCHEMA + 1).into();
+        std::fs::write(dir.join("run.json"), serde_json::to_vec(&run).unwrap()).unwrap();
+        std::fs::copy(src.join("attempts.jsonl"), dir.join("attempts.jsonl")).unwrap();
+        let e = RecordedRun::open(results.path(), Some("r")).err().unwrap();
+        assert!(format!("{e:#}").contains("newer ratchet"), "{e:#}");
+    }
 }
