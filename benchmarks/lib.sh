@@ -25,5 +25,5 @@ PY
   echo "cmd:$work/$name/server"
 }
 
-six=(01-ring-defer-taskrun 02-multishot-accept 03-direct-descriptors
-     04-connection-freelist 05-send-msg-more 06-skip-success-send-close)
+six=(ring-defer-taskrun multishot-accept direct-descriptors
+     connection-freelist send-msg-more skip-success-send-close)

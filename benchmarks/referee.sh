@@ -49,8 +49,8 @@ three_arms() {
   python3 - "$peer/server.c" <<'PY'
 import sys, tomllib
 src = open("treatment/server.c").read()
-for name in ["01-ring-defer-taskrun", "02-multishot-accept", "03-direct-descriptors",
-             "04-connection-freelist", "05-send-msg-more", "06-skip-success-send-close"]:
+for name in ["ring-defer-taskrun", "multishot-accept", "direct-descriptors",
+             "connection-freelist", "send-msg-more", "skip-success-send-close"]:
     entry = tomllib.load(open(f"knowledge-base/playbook/{name}.toml", "rb"))
     for e in entry["edits"]:
         assert src.count(e["search"]) == 1, (name, e["search"][:60])

@@ -11,10 +11,12 @@
 
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::param::Param;
 use super::search::{self, SearchConfig};
+
 use super::{Agent, AttemptSummary, Origin, Proposal, ProposalContext, Proposed};
 use crate::agent::edit::{self, Edit};
 use crate::referee::posterior::Belief;
@@ -23,6 +25,10 @@ use crate::referee::verdict::AttemptVerdict;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
+    /// Where the idea stands among those open at once: lower first. A
+    /// field, not the file's name, so renaming a file never reorders the
+    /// search; an entry comes after every entry it requires.
+    pub order: u32,
     pub id: String,
     pub category: String,
     /// `{value}` stands for a parameter's value.
@@ -58,7 +64,7 @@ impl Entry {
     }
 }
 
-/// Loads and checks every entry, in file-name order; an error names the file.
+/// Loads and checks every entry, in their `order`; an error names the file.
 pub fn load(dir: &Path) -> Result<Vec<Entry>> {
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("reading the playbook {}", dir.display()))?
@@ -66,18 +72,63 @@ pub fn load(dir: &Path) -> Result<Vec<Entry>> {
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
     paths.sort();
-    paths
-        .iter()
+    let mut entries = paths
+        .into_iter()
         .map(|p| {
-            let text = std::fs::read_to_string(p)?;
+            let text = std::fs::read_to_string(&p)?;
             let entry: Entry = toml::from_str(&text)
                 .map_err(|e| anyhow::anyhow!("{}: {}", p.display(), e.to_string().trim_end()))?;
             entry
                 .validate()
                 .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
-            Ok(entry)
+            Ok((p, entry))
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    entries.sort_by_key(|(_, e)| e.order);
+    check_together(&entries)?;
+    Ok(entries.into_iter().map(|(_, e)| e).collect())
+}
+
+/// What no entry can check alone: ids and orders are unique, and every
+/// entry a `requires` names exists and comes earlier.
+fn check_together(entries: &[(std::path::PathBuf, Entry)]) -> Result<()> {
+    let mut ids: BTreeMap<&str, (&Path, u32)> = BTreeMap::new();
+    let mut orders: BTreeMap<u32, &Path> = BTreeMap::new();
+    for (p, e) in entries {
+        if let Some((other, _)) = ids.insert(&e.id, (p, e.order)) {
+            bail!(
+                "{}: id {:?} is also {}'s",
+                p.display(),
+                e.id,
+                other.display()
+            );
+        }
+        if let Some(other) = orders.insert(e.order, p) {
+            bail!(
+                "{}: order {} is also {}'s: the search's order must be explicit",
+                p.display(),
+                e.order,
+                other.display()
+            );
+        }
+    }
+    for (p, e) in entries {
+        for r in &e.requires {
+            match ids.get(r.as_str()) {
+                None => bail!(
+                    "{}: requires {r:?}, which no entry of the playbook has",
+                    p.display()
+                ),
+                Some((_, order)) if *order >= e.order => bail!(
+                    "{}: requires {r:?} (order {order}), which must come before it (order {})",
+                    p.display(),
+                    e.order
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 pub struct Playbook {
@@ -263,6 +314,35 @@ mod tests {
     use std::collections::BTreeMap;
     use std::path::PathBuf;
     use std::process::Command;
+
+    fn entries(list: &[(&str, u32, &[&str])]) -> Vec<(PathBuf, Entry)> {
+        list.iter()
+            .map(|(id, order, requires)| {
+                let text = format!(
+                    "order = {order}\nid = \"{id}\"\ncategory = \"t\"\nhypothesis = \"h\"\nrequires = {requires:?}\n\n[[edits]]\npath = \"a.c\"\nsearch = \"x\"\nreplace = \"y\"\n"
+                );
+                (PathBuf::from(format!("{id}.toml")), toml::from_str(&text).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ids_orders_and_requires_are_checked_across_the_playbook() {
+        assert!(check_together(&entries(&[("a", 1, &[]), ("b", 2, &["a"])])).is_ok());
+        let e = |l: &[(&str, u32, &[&str])]| check_together(&entries(l)).unwrap_err().to_string();
+        assert!(e(&[("a", 1, &[]), ("a", 2, &[])]).contains("id \"a\" is also a.toml's"));
+        assert!(e(&[("a", 1, &[]), ("b", 1, &[])]).contains("order 1 is also a.toml's"));
+        assert!(e(&[("a", 1, &["c"])]).contains("requires \"c\", which no entry"));
+        assert!(e(&[("a", 2, &["b"]), ("b", 3, &[])]).contains("must come before it"));
+    }
+
+    /// The shipped playbook passes the same checks, in its own order.
+    #[test]
+    fn the_shipped_playbook_loads_in_its_order() {
+        let entries = load(&root().join("knowledge-base/playbook")).unwrap();
+        assert!(entries.windows(2).all(|w| w[0].order < w[1].order));
+        assert_eq!(entries[0].id, "ring-defer-taskrun");
+    }
 
     /// The playbook ids of the six changes REFERENCE.md credits with the gap.
     const SIX_WINS: [&str; 6] = [
@@ -486,7 +566,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("x.toml"),
-            "id = \"x\"\ncategory = \"c\"\nhypothesis = \"h {value}\"\n[param]\ndefine = \"X\"\nmin = 1\nmax = 64\nvalues = [128]\n",
+            "order = 1\nid = \"x\"\ncategory = \"c\"\nhypothesis = \"h {value}\"\n[param]\ndefine = \"X\"\nmin = 1\nmax = 64\nvalues = [128]\n",
         )
         .unwrap();
         let e = load(dir.path()).unwrap_err().to_string();

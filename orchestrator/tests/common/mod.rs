@@ -261,7 +261,8 @@ fn fill_fixture_repo(root: &Path, extra_config: &str, playbook: &[String], spin_
     let pb = root.join("knowledge-base/playbook");
     std::fs::create_dir_all(&pb).unwrap();
     for (i, e) in playbook.iter().enumerate() {
-        std::fs::write(pb.join(format!("{i:02}.toml")), e).unwrap();
+        // The list's order is the search's: explicit, as in the shipped one.
+        std::fs::write(pb.join(format!("{i:02}.toml")), format!("order = {i}\n{e}")).unwrap();
     }
     std::fs::write(
         root.join("harness.toml"),
