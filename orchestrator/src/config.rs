@@ -503,6 +503,46 @@ mod tests {
         assert_eq!(shipped, default);
     }
 
+    /// Every field of the configuration appears in the shipped
+    /// harness.toml, which is the configuration reference: a field added to
+    /// the code and not there fails here. Fields without a default value
+    /// (an agent's optional settings) need not be shown.
+    #[test]
+    fn every_field_is_shown_in_the_shipped_harness_toml() {
+        fn missing(
+            d: &serde_json::Value,
+            shown: Option<&toml::Value>,
+            at: &str,
+            out: &mut Vec<String>,
+        ) {
+            match d {
+                serde_json::Value::Object(fields) => {
+                    for (k, v) in fields {
+                        let path = if at.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{at}.{k}")
+                        };
+                        missing(v, shown.and_then(|t| t.get(k)), &path, out);
+                    }
+                }
+                serde_json::Value::Null => {}
+                _ if shown.is_none() => out.push(at.to_string()),
+                _ => {}
+            }
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../harness.toml");
+        let shown: toml::Value = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut out = Vec::new();
+        missing(
+            &serde_json::to_value(Config::default()).unwrap(),
+            Some(&shown),
+            "",
+            &mut out,
+        );
+        assert!(out.is_empty(), "harness.toml does not show {out:?}");
+    }
+
     #[test]
     fn unknown_field_is_named() {
         let err = parse("[load]\nconections = 5\n").unwrap_err().to_string();
