@@ -2,7 +2,7 @@
 """How often the intervals of repeated compares of one pair hold at other
 times (benchmarks/drift.sh makes the records).
 
-    benchmarks/coverage.py benchmarks/records/drift-<stamp> [--drift D]
+    benchmarks/coverage.py benchmarks/runs/drift-<stamp> [more records] [--drift D]
 
 For each compare: its median ratio and the interval it reported. Then, for
 the intervals as recorded ("windows only") and for the same intervals
@@ -62,10 +62,15 @@ def rates(intervals, medians, long_run):
 
 
 def main():
-    record = Path(sys.argv[1])
-    fixed = float(sys.argv[sys.argv.index("--drift") + 1]) if "--drift" in sys.argv else None
+    args = sys.argv[1:]
+    fixed = None
+    if "--drift" in args:
+        i = args.index("--drift")
+        fixed = float(args[i + 1])
+        del args[i : i + 2]
+    files = [f for record in args for f in Path(record).glob("drift-*.json") if f.stat().st_size]
     rows = []
-    for f in sorted(record.glob("drift-*.json")):
+    for f in sorted(files, key=lambda f: f.with_suffix(".start").read_text()):
         c = json.loads(f.read_text())["comparisons"][0]
         start = (f.with_suffix(".start")).read_text().strip()
         rows.append((start, c["ratio_median"], windows_only(c), c["block_ratios"]))

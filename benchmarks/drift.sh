@@ -2,7 +2,7 @@
 # Whether the time meter's intervals hold beyond the minute they were
 # measured in: N compares of one pair (vanilla against the six published
 # changes stacked) under task-clock at the defaults, one every PERIOD
-# seconds, each written to benchmarks/records/drift-<UTC time>/ with its
+# seconds, each written to benchmarks/runs/drift-<UTC time>/ with its
 # start time. benchmarks/coverage.py then reports how often each compare's
 # interval covers the other compares' medians.
 #
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-12}
 period=${2:-300}
-out=benchmarks/records/drift-$(date -u +%Y%m%dT%H%M%SZ)
+out=benchmarks/runs/drift-$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"

@@ -75,7 +75,7 @@ impl Default for MeterConfig {
 }
 
 /// [`MeterConfig::task_clock_drift`] as measured on the project's 2-vCPU
-/// VM (benchmarks/records/drift-20261205T163630Z).
+/// VM (benchmarks/runs/drift-20261205T163630Z).
 pub const DEFAULT_TASK_CLOCK_DRIFT: f64 = 0.025;
 
 impl MeterConfig {
