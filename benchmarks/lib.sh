@@ -9,6 +9,8 @@ R=${RATCHET:-./target/release/ratchet}
 # order under $work/<name>/, and prints the arm that runs it.
 server_with() {
   local name=$1; shift
+  # Servers run unprivileged: they must reach their binary (mktemp -d is 0700).
+  chmod 755 "$work"
   mkdir -p "$work/$name"
   python3 - "$work/$name/server.c" "$@" <<'PY'
 import sys, tomllib
