@@ -37,7 +37,7 @@ const EXTRA_PER_MILLE: u64 = 32;
 ///
 /// The intervals are the windows' own (`task_clock_drift = 0`): savings of
 /// 2-4% are below what task-clock resolves between measurements minutes
-/// apart here (a 2.5% spread, docs/referee.md), so with it no single saving
+/// apart here (a 3.3% spread, docs/referee.md), so with it no single saving
 /// would be promising and nothing would be stacked. This test is of the
 /// search's logic on savings one run measures side by side.
 const SATURATED: &str = r#"
