@@ -1,6 +1,6 @@
 //! Profiles of the champion: `perf record -e cpu-clock -g` on the server in
 //! an extra window, never a scored one, reduced to the top symbols and the
-//! shares by DSO (kernel, libc, liburing, treatment). Agents see them; the
+//! shares by DSO (kernel, libc, liburing, the server's own binary). Agents see them; the
 //! report compares baseline and champion.
 //!
 //! The server is profiled in the regime it is measured in: rationed by the
@@ -28,7 +28,8 @@ use crate::bench::trial::TrialSettings;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Profile {
-    /// Share of samples (0..1) by DSO group: kernel, libc, liburing, treatment, other.
+    /// Share of samples (0..1) by DSO group: kernel, libc, liburing, server
+    /// (the profiled server's own binary, treatment or control), other.
     pub dso_shares: BTreeMap<String, f64>,
     /// The hottest symbols: (share, dso, symbol).
     pub top: Vec<(f64, String, String)>,
@@ -44,20 +45,30 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Where the profile of a run's champion is kept in the knowledge base
-    /// `kb`: the loop writes it there, the report reads it back.
-    pub fn stored_path(kb: &Path, run_id: &str, attempt: usize) -> PathBuf {
-        kb.join("profiles").join(format!("{run_id}-{attempt}.json"))
+    /// Where the profile of a run's champion is kept, under `results` (the
+    /// directory of every run's records): in the run's own directory, so a
+    /// run writes nowhere else. The loop writes it, the report reads it.
+    pub fn stored_path(results: &Path, run_id: &str, attempt: usize) -> PathBuf {
+        results
+            .join(run_id)
+            .join("profiles")
+            .join(format!("{attempt}.json"))
     }
 
     /// The stored profile, when the run recorded one.
-    pub fn load_stored(kb: &Path, run_id: &str, attempt: usize) -> Option<Self> {
-        crate::files::read_json(&Self::stored_path(kb, run_id, attempt)).ok()
+    pub fn load_stored(results: &Path, run_id: &str, attempt: usize) -> Option<Self> {
+        let mut p: Self = crate::files::read_json(&Self::stored_path(results, run_id, attempt)).ok()?;
+        // Older profiles call the server's own binary "treatment",
+        // whichever server it was (the committed runs' among them).
+        if let Some(share) = p.dso_shares.remove("treatment") {
+            p.dso_shares.insert("server".into(), share);
+        }
+        Some(p)
     }
 
     /// Stores the profile where [`Profile::load_stored`] finds it.
-    pub fn store(&self, kb: &Path, run_id: &str, attempt: usize) -> Result<()> {
-        let path = Self::stored_path(kb, run_id, attempt);
+    pub fn store(&self, results: &Path, run_id: &str, attempt: usize) -> Result<()> {
+        let path = Self::stored_path(results, run_id, attempt);
         let dir = path.parent().expect("a file in a directory");
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         crate::files::write_atomic(&path, &serde_json::to_vec_pretty(self)?)
@@ -72,7 +83,7 @@ fn group(dso: &str) -> &'static str {
     } else if dso.contains("liburing") {
         "liburing"
     } else if dso == "server" || dso == "control" {
-        "treatment"
+        "server"
     } else {
         "other"
     }
@@ -228,7 +239,7 @@ mod tests {
         };
         assert!((p.dso_shares["kernel"] - 0.40).abs() < 1e-9);
         assert!((p.dso_shares["libc"] - 0.10).abs() < 1e-9);
-        assert!((p.dso_shares["treatment"] - 0.05).abs() < 1e-9);
+        assert!((p.dso_shares["server"] - 0.05).abs() < 1e-9);
         assert!((p.dso_shares["liburing"] - 0.01).abs() < 1e-9);
         assert_eq!(p.top[0].2, "tcp_v4_rcv");
         assert_eq!(

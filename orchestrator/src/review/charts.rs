@@ -250,7 +250,7 @@ pub fn profile_chart(
     champion: Option<&Profile>,
     champion_at: usize,
 ) -> String {
-    let groups = ["kernel", "treatment", "liburing", "libc", "other"];
+    let groups = ["kernel", "server", "liburing", "libc", "other"];
     let shares = |p: &Profile| -> BTreeMap<&str, f64> {
         let mut m: BTreeMap<&str, f64> = groups
             .iter()

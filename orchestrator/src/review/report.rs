@@ -251,8 +251,9 @@ th,td{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-alig
 .note{color:#555;font-size:13px}.warn{color:#b2182b}svg.chart{display:block;margin:8px 0}";
 
 /// The whole report as one HTML document.
-/// `kb` is the knowledge base, where the loop stored the run's profiles.
-pub fn render(run: &RecordedRun, lineage: &Lineage, kb: &Path) -> String {
+/// `results` is the directory of every run's records, where the loop
+/// stored the run's profiles.
+pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
     let r = &run.run;
     let champion = lineage.steps.last().expect("lineage has its base");
     let kept = lineage.steps.len() - 1;
@@ -309,8 +310,8 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, kb: &Path) -> String {
             SECTIONS[3],
             "Profile: baseline and champion",
             profile_chart(
-                Profile::load_stored(kb, &r.run_id, 0).as_ref(),
-                Profile::load_stored(kb, &r.run_id, champion.attempt).as_ref(),
+                Profile::load_stored(results, &r.run_id, 0).as_ref(),
+                Profile::load_stored(results, &r.run_id, champion.attempt).as_ref(),
                 champion.attempt,
             ),
             "perf record -e cpu-clock -g on the server in an extra, unscored window. On loopback the \
@@ -340,8 +341,13 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, kb: &Path) -> String {
 }
 
 /// Writes the report of `run` to `out`.
-pub fn write(repo: &git2::Repository, run: &RecordedRun, kb: &Path, out: &Path) -> Result<()> {
+pub fn write(
+    repo: &git2::Repository,
+    run: &RecordedRun,
+    results: &Path,
+    out: &Path,
+) -> Result<()> {
     let lineage = Lineage::read(repo, run)?;
-    let html = render(run, &lineage, kb);
+    let html = render(run, &lineage, results);
     crate::files::write_atomic(out, html.as_bytes())
 }
