@@ -15,12 +15,10 @@ cd "$(dirname "$0")/.."
 n=${1:-12}
 period=${2:-300}
 out=benchmarks/runs/drift-$(date -u +%Y%m%dT%H%M%SZ)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
 source benchmarks/lib.sh
 echo "$0 $*  (main at $(git rev-parse --short HEAD), ratchet $R)" > "$out/command.txt"
-six_stack=$(server_with six "${six[@]}")
+six_stack=$(server_with "${six[@]}")
 lock=${HOST_LOCK:-/dev/null}
 for i in $(seq -w 1 "$n"); do
   t0=$(date +%s)

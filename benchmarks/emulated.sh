@@ -27,8 +27,8 @@ source benchmarks/lib.sh
 case $what in
 table)
   arms=(treatment control)
-  for c in "${six[@]}"; do arms+=("$(server_with "alone-$c" "$c")"); done
-  for k in 2 3 4 5 6; do arms+=("$(server_with "first-$k" "${six[@]:0:$k}")"); done
+  for c in "${six[@]}"; do arms+=("$(server_with "$c")"); done
+  for k in 2 3 4 5 6; do arms+=("$(server_with "${six[@]:0:$k}")"); done
   printf '%s\n' "${arms[@]}" > "$out/arms.txt"
   $R compare --meter emulated --json "${arms[@]}" > "$out/table.json"
   ;;
@@ -38,8 +38,7 @@ aa)
   done
   ;;
 planted)
-  fixture=$work/faulty_server
-  cc -O2 -Wall -Wextra -Werror -pthread -o "$fixture" orchestrator/tests/fixtures/faulty_server.c -luring
+  fixture=$(build_fixture "$work")
   arm() { echo "cmd:$fixture --mode spin --spin-ns $1"; }
   $R compare --meter emulated --json "$(arm 0)" "$(arm 0)" > "$out/planted-base.json"
   base=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['arms'][0]['cost_per_connection']['median']))" "$out/planted-base.json")

@@ -5,26 +5,19 @@
 # that spans an hour while the tree is rebuilt.
 R=${RATCHET:-./target/release/ratchet}
 
-# Builds treatment/server.c with the named playbook entries applied in
-# order under $work/<name>/, and prints the arm that runs it.
+# The arm of the working tree's treatment with the named playbook entries
+# applied in order: ratchet applies and builds them as the loop does.
 server_with() {
-  local name=$1; shift
+  local IFS=+
+  echo "playbook:$*"
+}
+
+# The faulty fixture server, built into $1 by its own Makefile.
+build_fixture() {
   # Servers run unprivileged: they must reach their binary (mktemp -d is 0700).
-  chmod 755 "$work"
-  mkdir -p "$work/$name"
-  python3 - "$work/$name/server.c" "$@" <<'PY'
-import sys, tomllib
-src = open("treatment/server.c").read()
-for name in sys.argv[2:]:
-    entry = tomllib.load(open(f"knowledge-base/playbook/{name}.toml", "rb"))
-    for e in entry["edits"]:
-        if src.count(e["search"]) != 1:
-            sys.exit(f"{name} does not apply here: {e['search'][:60]!r}")
-        src = src.replace(e["search"], e["replace"])
-open(sys.argv[1], "w").write(src)
-PY
-  cc -O2 -Wall -Wextra -Werror -o "$work/$name/server" "$work/$name/server.c" -luring
-  echo "cmd:$work/$name/server"
+  chmod 755 "$1"
+  make -s -C orchestrator/tests/fixtures OUT="$(cd "$1" && pwd)"
+  echo "$1/faulty_server"
 }
 
 six=(ring-defer-taskrun multishot-accept direct-descriptors

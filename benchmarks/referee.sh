@@ -32,34 +32,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
 run=${2:-}
-R=./target/release/ratchet
 out=benchmarks/runs/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 cargo build --release -q
 
-fixture=$out/faulty_server
-cc -O2 -Wall -Wextra -Werror -pthread -o "$fixture" orchestrator/tests/fixtures/faulty_server.c -luring
+source benchmarks/lib.sh
+fixture=$(build_fixture "$out")
 arm() { echo "cmd:$(pwd)/$fixture --mode spin --spin-ns $1"; }
 
-# The vanilla treatment, the peer (treatment/server.c with playbook entries
-# 01-06 applied in order) and the control, as arms.
+# The vanilla treatment, the peer (the treatment with the playbook's six
+# published changes applied in order) and the control, as arms.
 three_arms() {
-  peer=$out/peer
-  mkdir -p "$peer"
-  python3 - "$peer/server.c" <<'PY'
-import sys, tomllib
-src = open("treatment/server.c").read()
-for name in ["ring-defer-taskrun", "multishot-accept", "direct-descriptors",
-             "connection-freelist", "send-msg-more", "skip-success-send-close"]:
-    entry = tomllib.load(open(f"knowledge-base/playbook/{name}.toml", "rb"))
-    for e in entry["edits"]:
-        assert src.count(e["search"]) == 1, (name, e["search"][:60])
-        src = src.replace(e["search"], e["replace"])
-open(sys.argv[1], "w").write(src)
-PY
-  cc -O2 -Wall -Wextra -Werror -o "$peer/server" "$peer/server.c" -luring
-  make -s -C treatment OUT="$(pwd)/$out" >/dev/null
-  arms=("cmd:$(pwd)/$out/server" "cmd:$(pwd)/$peer/server" control)
+  arms=(treatment "$(server_with "${six[@]}")" control)
 }
 
 if [[ $what == aa || $what == all ]]; then
@@ -100,17 +84,12 @@ if [[ $what == agreement || $what == all ]]; then
 fi
 if [[ $what == regime || $what == all ]]; then
   three_arms
-  # A configuration's directory is the repository root: the idle copy lives
-  # there while it is used.
-  idle=harness.idle.toml
-  sed 's/^regime = "saturated"/regime = "idle"/' harness.toml > "$idle"
   $R compare "${arms[@]}" --blocks 12 --json > "$out/regime-duet-256.json"
   $R compare "${arms[@]}" --blocks 12 --schedule blocks --json > "$out/regime-blocks-256.json"
   for c in 32 128 384 512; do
     $R compare "${arms[@]}" --blocks 12 --connections $c --json > "$out/regime-duet-$c.json"
   done
-  $R --config "$idle" compare "${arms[@]}" --blocks 12 --json > "$out/regime-idle-duet-256.json"
-  rm -f "$idle"
+  $R compare "${arms[@]}" --blocks 12 --regime idle --json > "$out/regime-idle-duet-256.json"
 fi
 if [[ $what == schedules || $what == all ]]; then
   # A ratio drifts between measurements more than its windows say
@@ -137,15 +116,12 @@ if [[ $what == inflight || $what == all ]]; then
   done
 fi
 if [[ $what == manycore || $what == all ]]; then
-  idle=harness.idle.toml
-  sed 's/^regime = "saturated"/regime = "idle"/' harness.toml > "$idle"
   slow=("$(arm 40000)" "$(arm 44000)")
   for s in duet blocks; do
     $R compare "${slow[@]}" --schedule $s --blocks 12 --json > "$out/manycore-saturated-$s.json"
-    $R --config "$idle" compare "${slow[@]}" --schedule $s --blocks 12 --json > "$out/manycore-idle-$s.json"
+    $R compare "${slow[@]}" --schedule $s --blocks 12 --regime idle --json > "$out/manycore-idle-$s.json"
   done
-  rm -f "$idle"
 fi
 # Binaries are rebuilt from source; only the records stay.
-rm -f "$fixture" "$out/server" "$out/peer/server"
+rm -f "$fixture"
 python3 benchmarks/summarize.py "$out" | tee "$out/summary.txt"

@@ -16,9 +16,13 @@ pub enum ArmSpec {
     Rev(String),
     /// Any prebuilt server, run through `sh -c`; ratchet appends `--port N`.
     Cmd(String),
+    /// The treatment in the working tree with these playbook entries
+    /// applied in order (`playbook:a+b`): a known combination measured with
+    /// the loop's own edit application and build.
+    Playbook(Vec<String>),
     /// The final champion of a recorded run, from git or rebuilt from its
     /// journal: resolved by the caller from the record, then built with
-    /// [`crate::bench::workspace::Workspace::prepare_tree`].
+    /// [`crate::session::workspace::Workspace::prepare_tree`].
     Champion(String),
 }
 
@@ -30,8 +34,11 @@ impl ArmSpec {
             _ if s.starts_with("rev:") && s.len() > 4 => ArmSpec::Rev(s[4..].to_string()),
             _ if s.starts_with("cmd:") && !s[4..].trim().is_empty() => ArmSpec::Cmd(s[4..].to_string()),
             _ if s.starts_with("champion:") && s.len() > 9 => ArmSpec::Champion(s[9..].to_string()),
+            _ if s.starts_with("playbook:") && s[9..].split('+').all(|id| !id.is_empty()) => {
+                ArmSpec::Playbook(s[9..].split('+').map(str::to_string).collect())
+            }
             _ => bail!(
-                "unknown arm {s:?}: expected control, treatment, rev:<git-rev>, champion:<run-id> or cmd:<command line>"
+                "unknown arm {s:?}: expected control, treatment, rev:<git-rev>, champion:<run-id>, playbook:<id>[+<id>...] or cmd:<command line>"
             ),
         })
     }
@@ -80,11 +87,23 @@ mod tests {
             ArmSpec::parse("champion:20261202-145836").unwrap(),
             ArmSpec::Champion("20261202-145836".into())
         );
+        assert_eq!(
+            ArmSpec::parse("playbook:send-msg-more+multishot-accept").unwrap(),
+            ArmSpec::Playbook(vec!["send-msg-more".into(), "multishot-accept".into()])
+        );
     }
 
     #[test]
     fn rejects_unknown_and_empty_arms() {
-        for bad in ["", "rev:", "cmd:  ", "champion:", "treatmnet"] {
+        for bad in [
+            "",
+            "rev:",
+            "cmd:  ",
+            "champion:",
+            "treatmnet",
+            "playbook:",
+            "playbook:a++b",
+        ] {
             let err = ArmSpec::parse(bad).unwrap_err().to_string();
             assert!(err.contains("expected control"), "{bad}: {err}");
         }
