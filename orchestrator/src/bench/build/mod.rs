@@ -8,7 +8,6 @@
 //! reuse: a binary planted in the cache is rebuilt, never measured.
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::PermissionsExt;
@@ -18,6 +17,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bench::cgroup::{self, Cgroup};
+
+mod cache;
+mod sources;
+pub use cache::cache_dir;
+use cache::{reuse, Manifest};
+use sources::copy_sources;
+pub use sources::{hash_file, hash_sources, hex};
 use crate::bench::privilege;
 use crate::bench::secrets;
 
@@ -47,50 +53,6 @@ impl fmt::Display for BuildFailure {
 }
 
 impl std::error::Error for BuildFailure {}
-
-/// Files that make up a server's source, by name.
-fn is_source(path: &Path) -> bool {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    name == "Makefile"
-        || name == "go.mod"
-        || matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("c" | "h" | "go")
-        )
-}
-
-/// SHA-256 over the relative paths and contents of a directory's source
-/// files, in sorted order: the identity of a server's source.
-pub fn hash_sources(dir: &Path) -> Result<String> {
-    let mut h = Sha256::new();
-    for f in source_files(dir)? {
-        h.update(f.file_name().unwrap().as_encoded_bytes());
-        h.update([0]);
-        h.update(std::fs::read(&f)?);
-        h.update([0]);
-    }
-    Ok(hex(&h.finalize()))
-}
-
-/// A directory's source files, sorted.
-fn source_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && is_source(p))
-        .collect();
-    files.sort();
-    Ok(files)
-}
-
-pub fn hash_file(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(hex(&Sha256::digest(bytes)))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// Runs `cmd` unprivileged ([`privilege`]), in a cgroup and process group
 /// of its own; kills the cgroup
@@ -159,57 +121,6 @@ fn require_tool(tool: &str, package: &str) -> Result<()> {
         bail!("`{tool}` not found on PATH: install the Debian package {package} (apt-get install {package})");
     }
     Ok(())
-}
-
-/// Where builds are cached: `$RATCHET_BUILD_CACHE`, else the system cache
-/// for root and the user's cache otherwise; never inside a repository, where
-/// an agent writes. Created so that only ratchet's user writes or lists it,
-/// and the unprivileged user its servers run as can reach the entries it
-/// is told of.
-pub fn cache_dir() -> Result<PathBuf> {
-    let dir = match std::env::var_os("RATCHET_BUILD_CACHE") {
-        Some(d) => PathBuf::from(d),
-        None if unsafe { libc::geteuid() } == 0 => PathBuf::from("/var/cache/ratchet/builds"),
-        None => std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir)
-            .join("ratchet/builds"),
-    };
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
-        .with_context(|| format!("making {} private", dir.display()))?;
-    Ok(dir)
-}
-
-/// What ratchet built into one cache entry.
-#[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
-struct Manifest {
-    source_sha256: String,
-    binary_sha256: String,
-}
-
-/// The cached binary, if its manifest vouches for it; an entry without a
-/// manifest or whose binary changed since is removed.
-fn reuse(dir: &Path, manifest: &Path, binary: &Path, source_hash: &str) -> Option<String> {
-    if !binary.is_file() {
-        return None;
-    }
-    let recorded: Option<Manifest> = std::fs::read(manifest)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    let actual = hash_file(binary).ok();
-    match (recorded, actual) {
-        (Some(m), Some(h)) if m.source_sha256 == source_hash && m.binary_sha256 == h => Some(h),
-        _ => {
-            tracing::warn!(
-                "build cache entry {} does not match the manifest ratchet wrote for it: rebuilding",
-                dir.display()
-            );
-            std::fs::remove_dir_all(dir).ok();
-            None
-        }
-    }
 }
 
 /// Builds into the cache keyed by `kind` and the source hash, reusing an
@@ -292,16 +203,6 @@ fn cached_build(
         binary,
         source_hash,
     })
-}
-
-/// Copies the files [`hash_sources`] covers from `src` into a new `to`.
-fn copy_sources(src: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir(to)?;
-    for f in source_files(src)? {
-        std::fs::copy(&f, to.join(f.file_name().expect("a file")))
-            .with_context(|| format!("copying {}", f.display()))?;
-    }
-    Ok(())
 }
 
 pub fn build_treatment(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
