@@ -17,3 +17,22 @@ pub fn now_utc() -> String {
         tm.tm_sec
     )
 }
+
+/// The same instant as a name: ISO 8601's basic form (`20261205T180607Z`),
+/// the one format of every run id and record directory, sortable and free
+/// of characters a path or a git ref name would mind.
+pub fn stamp() -> String {
+    now_utc().replace(['-', ':'], "")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_stamp_is_the_basic_form_of_the_time_stamp() {
+        let (t, s) = (super::now_utc(), super::stamp());
+        assert_eq!(s.len(), "20261205T180607Z".len(), "{s}");
+        assert!(s.ends_with('Z') && s.as_bytes()[8] == b'T', "{s}");
+        // Taken a moment apart, the two agree to the minute.
+        assert_eq!(&s[..4], &t[..4]);
+    }
+}

@@ -8,10 +8,17 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 use crate::agent::config::AgentsConfig;
-use crate::bench::contract::Contract;
+use crate::agent::search::SearchConfig;
+use crate::agent::PlaybookSettings;
+use crate::bench::config::{
+    BuildConfig, ContractConfig, DuetConfig, GateConfig, LoadConfig, TrialConfig, TrialSections,
+};
 use crate::bench::emulated::EmulatorConfig;
 use crate::bench::meter::MeterConfig;
 use crate::bench::ration::SaturationConfig;
+use crate::bench::trial::TrialSettings;
+use crate::check::range;
+use crate::referee::config::CompareConfig;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -29,24 +36,8 @@ pub struct Config {
     pub build: BuildConfig,
     pub paths: PathsConfig,
     pub run: RunConfig,
-    pub search: crate::agent::search::SearchConfig,
+    pub search: SearchConfig,
     pub agents: AgentsConfig,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ContractConfig {
-    pub request: String,
-    pub response: String,
-}
-
-impl Default for ContractConfig {
-    fn default() -> Self {
-        Self {
-            request: "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".into(),
-            response: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".into(),
-        }
-    }
 }
 
 /// Which core the server under test is pinned to: `"last"` or an index.
@@ -73,153 +64,11 @@ impl Default for MachineConfig {
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct LoadConfig {
-    pub connections: usize,
-    pub timeout_ms: u64,
-}
-
-impl Default for LoadConfig {
-    fn default() -> Self {
-        Self {
-            connections: 256,
-            timeout_ms: 2000,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TrialConfig {
-    pub warmup_ms: u64,
-    pub window_ms: u64,
-    pub ready_timeout_ms: u64,
-    pub stop_grace_ms: u64,
-}
-
-impl Default for TrialConfig {
-    fn default() -> Self {
-        Self {
-            warmup_ms: 1000,
-            window_ms: 3000,
-            ready_timeout_ms: 5000,
-            stop_grace_ms: 1000,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GateConfig {
-    pub max_failure_rate: f64,
-    pub min_completed: u64,
-}
-
-impl Default for GateConfig {
-    fn default() -> Self {
-        Self {
-            max_failure_rate: 0.0001,
-            min_completed: 1000,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CompareConfig {
-    pub schedule: Schedule,
-    /// Samples per measurement: windows (duet) or blocks (blocks).
-    pub blocks: usize,
-    pub threshold: f64,
-    /// A keep whose p99 latency is more than this many times the champion's,
-    /// measured side by side, is rejected: CPU bought with waiting (timers,
-    /// batching) is not a saving.
-    pub max_p99_factor: f64,
-}
-
-impl Default for CompareConfig {
-    fn default() -> Self {
-        Self {
-            schedule: Schedule::Duet,
-            blocks: 12,
-            threshold: 0.03,
-            max_p99_factor: 2.0,
-        }
-    }
-}
-
-/// How the arms of a measurement share the SUT core over time.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum Schedule {
-    /// Every arm a live server in the same windows, the load moved between
-    /// them in short slices ([`crate::bench::duet`]).
-    Duet,
-    /// One fresh server at a time: blocks of sequential trials.
-    Blocks,
-}
-
-impl Schedule {
-    pub fn name(self) -> &'static str {
-        match self {
-            Schedule::Duet => "duet",
-            Schedule::Blocks => "blocks",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DuetConfig {
-    /// One sample per arm per window.
-    pub window_ms: u64,
-    /// How long one arm holds the whole load before the next takes it.
-    pub slice_ms: u64,
-    /// Windows between restarts of every server.
-    pub windows_per_epoch: usize,
-    pub load: DuetLoad,
-}
-
-/// How a duet shares the generator's load between its live arms.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum DuetLoad {
-    /// One arm holds the whole load at a time, in short slices.
-    Slices,
-    /// Every arm holds its share of the clients all the time.
-    Shared,
-}
-
-impl Default for DuetConfig {
-    fn default() -> Self {
-        Self {
-            window_ms: 1000,
-            slice_ms: 2,
-            windows_per_epoch: 6,
-            load: DuetLoad::Slices,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BuildConfig {
-    pub timeout_s: u64,
-}
-
-impl Default for BuildConfig {
-    fn default() -> Self {
-        Self { timeout_s: 120 }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
 pub struct PathsConfig {
     pub treatment: PathBuf,
     pub control: PathBuf,
     pub results: PathBuf,
     pub knowledge_base: PathBuf,
-    pub lessons: PathBuf,
 }
 
 impl Default for PathsConfig {
@@ -229,7 +78,6 @@ impl Default for PathsConfig {
             control: "control".into(),
             results: "results".into(),
             knowledge_base: "knowledge-base".into(),
-            lessons: "lessons.md".into(),
         }
     }
 }
@@ -268,6 +116,36 @@ impl Default for RunConfig {
     }
 }
 
+impl MachineConfig {
+    fn validate(&self) -> Result<()> {
+        if let CoreChoice::Named(name) = &self.sut_core {
+            if name != "last" {
+                bail!("machine.sut_core must be \"last\" or a core index, got {name:?}");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RunConfig {
+    fn validate(&self) -> Result<()> {
+        range("run.max_blocks", self.max_blocks as f64, 1.0, 1000.0)?;
+        range("run.suspicious_gain", self.suspicious_gain, 1.0, 1e6)?;
+        range(
+            "run.smoke_window_ms",
+            self.smoke_window_ms as f64,
+            50.0,
+            600_000.0,
+        )?;
+        if self.allowed_paths.is_empty() {
+            bail!(
+                "run.allowed_paths must name at least one pattern, for example \"treatment/*.c\""
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Loads and validates `path`. A missing file is an error: the harness
     /// never guesses where the user meant its configuration to be.
@@ -286,142 +164,43 @@ impl Config {
         Ok(config)
     }
 
+    /// Every section checks its own fields where it is defined; the
+    /// sections the loop owns are checked here.
     fn validate(&self) -> Result<()> {
-        let c = &self.contract;
-        if c.request.is_empty() {
-            bail!("contract.request must not be empty");
-        }
-        if c.response.is_empty() {
-            bail!("contract.response must not be empty");
-        }
-        if let CoreChoice::Named(name) = &self.machine.sut_core {
-            if name != "last" {
-                bail!("machine.sut_core must be \"last\" or a core index, got {name:?}");
-            }
-        }
-        range(
-            "load.connections",
-            self.load.connections as f64,
-            1.0,
-            65536.0,
-        )?;
-        range(
-            "load.timeout_ms",
-            self.load.timeout_ms as f64,
-            1.0,
-            600_000.0,
-        )?;
-        range(
-            "trial.window_ms",
-            self.trial.window_ms as f64,
-            50.0,
-            600_000.0,
-        )?;
-        range(
-            "trial.warmup_ms",
-            self.trial.warmup_ms as f64,
-            0.0,
-            600_000.0,
-        )?;
-        range(
-            "trial.ready_timeout_ms",
-            self.trial.ready_timeout_ms as f64,
-            10.0,
-            600_000.0,
-        )?;
-        range(
-            "gate.max_failure_rate",
-            self.gate.max_failure_rate,
-            0.0,
-            1.0,
-        )?;
-        validate_emulator(&self.emulator)?;
-        // Fewer samples give no interval with a stated coverage (see stats).
-        range("compare.blocks", self.compare.blocks as f64, 6.0, 1000.0)?;
-        range(
-            "duet.window_ms",
-            self.duet.window_ms as f64,
-            50.0,
-            600_000.0,
-        )?;
-        range("duet.slice_ms", self.duet.slice_ms as f64, 1.0, 10_000.0)?;
-        if self.duet.slice_ms > self.duet.window_ms {
-            bail!(
-                "duet.slice_ms ({}) must not be longer than duet.window_ms ({})",
-                self.duet.slice_ms,
-                self.duet.window_ms
-            );
-        }
-        range(
-            "duet.windows_per_epoch",
-            self.duet.windows_per_epoch as f64,
-            1.0,
-            1000.0,
-        )?;
-        range("compare.threshold", self.compare.threshold, 0.0, 0.99)?;
-        range(
-            "saturation.generator_target",
-            self.saturation.generator_target,
-            0.05,
-            0.95,
-        )?;
-        range(
-            "saturation.min_allotment_used",
-            self.saturation.min_allotment_used,
-            0.0,
-            1.0,
-        )?;
-        range(
-            "saturation.max_context_switches",
-            self.saturation.max_context_switches,
-            0.0,
-            1000.0,
-        )?;
-        range(
-            "saturation.probe_ms",
-            self.saturation.probe_ms as f64,
-            100.0,
-            60_000.0,
-        )?;
-        range(
-            "compare.max_p99_factor",
-            self.compare.max_p99_factor,
-            1.0,
-            1000.0,
-        )?;
-        range(
-            "build.timeout_s",
-            self.build.timeout_s as f64,
-            1.0,
-            86_400.0,
-        )?;
-        range("run.max_blocks", self.run.max_blocks as f64, 1.0, 1000.0)?;
-        range(
-            "meter.task_clock_drift",
-            self.meter.task_clock_drift,
-            0.0,
-            0.5,
-        )?;
-        range("run.suspicious_gain", self.run.suspicious_gain, 1.0, 1e6)?;
-        range(
-            "run.smoke_window_ms",
-            self.run.smoke_window_ms as f64,
-            50.0,
-            600_000.0,
-        )?;
-        self.search.validate()?;
-        if self.run.allowed_paths.is_empty() {
-            bail!(
-                "run.allowed_paths must name at least one pattern, for example \"treatment/*.c\""
-            );
-        }
-        Ok(())
+        self.contract.validate()?;
+        self.machine.validate()?;
+        self.load.validate()?;
+        self.trial.validate()?;
+        self.gate.validate()?;
+        self.emulator.validate()?;
+        self.compare.validate()?;
+        self.duet.validate()?;
+        self.saturation.validate()?;
+        self.build.validate()?;
+        self.meter.validate()?;
+        self.run.validate()?;
+        self.search.validate()
     }
 
-    pub fn contract(&self) -> Contract {
-        Contract {
-            request: self.contract.request.as_bytes().to_vec(),
-            response: self.contract.response.as_bytes().to_vec(),
+    /// What a trial reads, and nothing else: see [`TrialSections`].
+    pub fn trial_settings(&self, load_cores: Vec<usize>) -> TrialSettings {
+        let sections = TrialSections {
+            contract: self.contract.clone(),
+            load: self.load.clone(),
+            trial: self.trial.clone(),
+            gate: self.gate.clone(),
+            schedule: self.compare.schedule,
+            duet: self.duet.clone(),
+            saturation: self.saturation.clone(),
+        };
+        TrialSettings::from_sections(&sections, load_cores)
+    }
+
+    pub fn playbook_settings(&self) -> PlaybookSettings {
+        PlaybookSettings {
+            dir: self.paths.knowledge_base.join("playbook"),
+            search: self.search.clone(),
+            threshold: self.compare.threshold,
         }
     }
 
@@ -436,40 +215,6 @@ impl Config {
             CoreChoice::Named(_) => Ok(cores - 1),
         }
     }
-}
-
-/// `[emulator]`: the bounds QEMU, the guest kernel and the generator set.
-fn validate_emulator(e: &EmulatorConfig) -> Result<()> {
-    range("emulator.vcpus", e.vcpus as f64, 2.0, 64.0)?;
-    range("emulator.memory_mb", e.memory_mb as f64, 256.0, 65536.0)?;
-    range("emulator.backlog", e.backlog as f64, 1.0, 4096.0)?;
-    range("emulator.batches", e.batches as f64, 1.0, 1000.0)?;
-    range(
-        "emulator.warmup_batches",
-        e.warmup_batches as f64,
-        0.0,
-        1000.0,
-    )?;
-    range(
-        "emulator.batch_timeout_ms",
-        e.batch_timeout_ms as f64,
-        10.0,
-        600_000.0,
-    )?;
-    range(
-        "emulator.boot_timeout_s",
-        e.boot_timeout_s as f64,
-        1.0,
-        86_400.0,
-    )?;
-    range("emulator.timeout_s", e.timeout_s as f64, 1.0, 86_400.0)
-}
-
-fn range(field: &str, value: f64, lo: f64, hi: f64) -> Result<()> {
-    if !(lo..=hi).contains(&value) || value.is_nan() {
-        bail!("{field} must be between {lo} and {hi}, got {value}");
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -489,7 +234,7 @@ mod tests {
         assert_eq!(c.trial.warmup_ms, 1000);
         assert_eq!(c.trial.window_ms, 3000);
         assert_eq!(c.compare.blocks, 12);
-        assert_eq!(c.compare.schedule, Schedule::Duet);
+        assert_eq!(c.compare.schedule, crate::bench::schedule::Schedule::Duet);
         assert!(c.contract.response.ends_with("\r\n\r\nok"));
     }
 

@@ -164,129 +164,165 @@ pub fn run(config: &Config) -> Vec<Check> {
         format!("liburing-dev {}", environment::liburing_version()),
     ));
     match config.sut_core(cores) {
-        Ok(sut) => {
-            checks.push(check(
-                cores >= 2,
-                "cores",
-                if cores >= 2 {
-                    format!("{cores} cores; SUT core {sut}, load generator on the others")
-                } else {
-                    "1 core: the server and the load generator share it; results are not trustworthy".into()
-                },
-            ));
-            match MeterPlan::detect(config.meter.event, &config.emulator, sut, cores) {
-                Ok(plan) => {
-                    checks.push(check(
-                        plan.event == crate::bench::meter::MeterEvent::Instructions,
-                        "meter",
-                        format!(
-                            "{} ({}); unit {}",
-                            plan.event.name(),
-                            plan.reason,
-                            plan.event.unit()
-                        ),
-                    ));
-                    checks.push(check(
-                        plan.syscalls_tracepoint.is_some(),
-                        "syscall counting",
-                        if plan.syscalls_tracepoint.is_some() {
-                            "raw_syscalls:sys_enter tracepoint available".to_string()
-                        } else {
-                            "tracefs unavailable: mount -t tracefs nodev /sys/kernel/tracing (as root)".into()
-                        },
-                    ));
-                }
-                Err(e) => checks.push(check(false, "meter", format!("{e:#}"))),
-            }
-            checks.push(emulated_meter(config));
-            let containment = crate::bench::cgroup::containment();
-            checks.push(check(
-                containment.warning().is_none(),
-                "containment",
-                match containment.warning() {
-                    Some(w) => w,
-                    None => format!(
-                        "{}; servers{} confined to the SUT core by a cpuset",
-                        containment.description,
-                        if containment.confines_cpu() {
-                            ""
-                        } else {
-                            " not"
-                        }
-                    ),
-                },
-            ));
-            checks.push(regime(config, containment));
-            let governor = environment::governor(sut);
-            checks.push(check(
-                governor == "performance" || governor.starts_with("none"),
-                "governor",
-                if governor == "performance" || governor.starts_with("none") {
-                    governor
-                } else {
-                    format!(
-                        "{governor}: set `performance` with cpupower frequency-set -g performance"
-                    )
-                },
-            ));
-            let cmdline = read("/proc/cmdline").unwrap_or_default();
-            let isolated = cmdline.contains("isolcpus") || cmdline.contains("nohz_full");
-            checks.push(check(
-                isolated,
-                "core isolation",
-                if isolated {
-                    "isolcpus/nohz_full set".to_string()
-                } else {
-                    format!("SUT core {sut} is not isolated: add isolcpus={sut} nohz_full={sut} to the kernel command line for less noise")
-                },
-            ));
-        }
+        Ok(sut) => checks.extend(core_checks(config, cores, sut)),
         Err(e) => checks.push(check(false, "cores", format!("{e:#}"))),
     }
+    checks.extend(host_checks());
+    checks.extend(tool_checks());
+    checks
+}
+
+/// What depends on the SUT core: the cores, the meter, containment, the
+/// regime, the governor and isolation.
+fn core_checks(config: &Config, cores: usize, sut: usize) -> Vec<Check> {
+    let mut checks = vec![check(
+        cores >= 2,
+        "cores",
+        if cores >= 2 {
+            format!("{cores} cores; SUT core {sut}, load generator on the others")
+        } else {
+            "1 core: the server and the load generator share it; results are not trustworthy".into()
+        },
+    )];
+    checks.extend(meter_checks(config, sut, cores));
+    checks.push(emulated_meter(config));
+    let containment = crate::bench::cgroup::containment();
+    checks.push(containment_check(containment));
+    checks.push(regime(config, containment));
+    checks.push(governor_check(sut));
+    checks.push(isolation_check(sut));
+    checks
+}
+
+fn meter_checks(config: &Config, sut: usize, cores: usize) -> Vec<Check> {
+    let plan = match MeterPlan::detect(config.meter.event, &config.emulator, sut, cores) {
+        Ok(plan) => plan,
+        Err(e) => return vec![check(false, "meter", format!("{e:#}"))],
+    };
+    vec![
+        check(
+            plan.event == crate::bench::meter::MeterEvent::Instructions,
+            "meter",
+            format!(
+                "{} ({}); unit {}",
+                plan.event.name(),
+                plan.reason,
+                plan.event.unit()
+            ),
+        ),
+        check(
+            plan.syscalls_tracepoint.is_some(),
+            "syscall counting",
+            if plan.syscalls_tracepoint.is_some() {
+                "raw_syscalls:sys_enter tracepoint available".to_string()
+            } else {
+                "tracefs unavailable: mount -t tracefs nodev /sys/kernel/tracing (as root)".into()
+            },
+        ),
+    ]
+}
+
+fn containment_check(containment: &crate::bench::cgroup::Containment) -> Check {
+    check(
+        containment.warning().is_none(),
+        "containment",
+        match containment.warning() {
+            Some(w) => w,
+            None => format!(
+                "{}; servers{} confined to the SUT core by a cpuset",
+                containment.description,
+                if containment.confines_cpu() {
+                    ""
+                } else {
+                    " not"
+                }
+            ),
+        },
+    )
+}
+
+fn governor_check(sut: usize) -> Check {
+    let governor = environment::governor(sut);
+    let fine = governor == "performance" || governor.starts_with("none");
+    check(
+        fine,
+        "governor",
+        if fine {
+            governor
+        } else {
+            format!("{governor}: set `performance` with cpupower frequency-set -g performance")
+        },
+    )
+}
+
+fn isolation_check(sut: usize) -> Check {
+    let cmdline = read("/proc/cmdline").unwrap_or_default();
+    let isolated = cmdline.contains("isolcpus") || cmdline.contains("nohz_full");
+    check(
+        isolated,
+        "core isolation",
+        if isolated {
+            "isolcpus/nohz_full set".to_string()
+        } else {
+            format!("SUT core {sut} is not isolated: add isolcpus={sut} nohz_full={sut} to the kernel command line for less noise")
+        },
+    )
+}
+
+/// What the host allows ratchet and the code it runs: perf, who untrusted
+/// code runs as, interrupts, TIME_WAIT room.
+fn host_checks() -> Vec<Check> {
     let paranoid = read("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
     let root = unsafe { libc::geteuid() } == 0;
-    checks.push(check(
-        root || paranoid.parse::<i32>().is_ok_and(|p| p <= 1),
-        "perf_event_paranoid",
-        if root {
-            format!("{paranoid} (running as root)")
-        } else {
-            format!("{paranoid}: run as root or sysctl kernel.perf_event_paranoid=1")
-        },
-    ));
     let privilege = crate::bench::privilege::privilege();
-    checks.push(check(
-        privilege.identity().is_some(),
-        "untrusted code",
-        privilege.describe(),
-    ));
     let irqbalance = Command::new("pgrep").arg("-x").arg("irqbalance").output();
     let irq_running = irqbalance.is_ok_and(|o| o.status.success());
-    checks.push(check(
-        !irq_running,
-        "irqbalance",
-        if irq_running {
-            "running: it may move interrupts onto the SUT core; systemctl stop irqbalance"
-        } else {
-            "not running"
-        },
-    ));
     let tw = read("/proc/sys/net/ipv4/tcp_max_tw_buckets").unwrap_or_default();
-    checks.push(check(
-        tw.parse::<u64>().is_ok_and(|t| t >= 131_072),
-        "tcp_max_tw_buckets",
-        format!("{tw} (the server closes first, so TIME_WAIT lands on it; ratchet rotates client addresses over 127.1.0.0/16)"),
-    ));
-    for (tool, package) in [
+    vec![
+        check(
+            root || paranoid.parse::<i32>().is_ok_and(|p| p <= 1),
+            "perf_event_paranoid",
+            if root {
+                format!("{paranoid} (running as root)")
+            } else {
+                format!("{paranoid}: run as root or sysctl kernel.perf_event_paranoid=1")
+            },
+        ),
+        check(
+            privilege.identity().is_some(),
+            "untrusted code",
+            privilege.describe(),
+        ),
+        check(
+            !irq_running,
+            "irqbalance",
+            if irq_running {
+                "running: it may move interrupts onto the SUT core; systemctl stop irqbalance"
+            } else {
+                "not running"
+            },
+        ),
+        check(
+            tw.parse::<u64>().is_ok_and(|t| t >= 131_072),
+            "tcp_max_tw_buckets",
+            format!("{tw} (the server closes first, so TIME_WAIT lands on it; ratchet rotates client addresses over 127.1.0.0/16)"),
+        ),
+    ]
+}
+
+fn tool_checks() -> Vec<Check> {
+    [
         ("go", "golang-go"),
         ("perf", "linux-perf"),
         ("make", "make"),
-    ] {
+    ]
+    .into_iter()
+    .map(|(tool, package)| {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .output()
             .is_ok_and(|o| o.status.success());
-        checks.push(check(
+        check(
             found,
             "tool",
             if found {
@@ -294,7 +330,7 @@ pub fn run(config: &Config) -> Vec<Check> {
             } else {
                 format!("{tool} missing: apt-get install {package}")
             },
-        ));
-    }
-    checks
+        )
+    })
+    .collect()
 }

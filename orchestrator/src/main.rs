@@ -2,11 +2,14 @@
 //!
 //! The stages, with imports running one way: `bench` (build, launch, load,
 //! meter, trial, gate) <- `referee` (statistics, comparison, verdict, keep
-//! rule, the judging sequence) <- `record` (journal, trailers, git, lineage,
-//! knowledge) <- `run` and `review`; `agent` beside them.
+//! rule, the judging sequence) <- `agent` (proposals) <- `config` (composes
+//! every stage's section of harness.toml) <- `record` (journal, trailers,
+//! git, lineage, knowledge) <- `session` (cores, lock, meter plan) <- `run`
+//! and `review`. `tests/layout.rs` holds the order.
 
 mod agent;
 mod bench;
+mod check;
 mod cli;
 mod clock;
 mod config;
@@ -17,6 +20,7 @@ mod record;
 mod referee;
 mod review;
 mod run;
+mod session;
 
 use clap::Parser;
 

@@ -1,6 +1,7 @@
 //! The tree is the architecture: imports run one way between the stages
-//! (bench <- referee <- record <- run, review), no module imports in a
-//! circle, and no file grows past what a reader takes in at once.
+//! (bench <- referee <- agent <- config <- record <- session <- run, review),
+//! no module imports in a circle, and no file grows past what a reader takes
+//! in at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -78,24 +79,84 @@ fn stage(module: &str) -> &str {
     module.split("::").next().unwrap()
 }
 
-#[test]
-fn the_bench_and_the_referee_import_nothing_downstream() {
-    let downstream = ["run", "record", "review", "cli"];
+/// The stages from the bottom up. A module may import its own stage and the
+/// stages below it, never one above or beside it: the bench measures
+/// without knowing who judges, the referee judges without knowing who
+/// records, and `config` composes the stages' own sections without any of
+/// them depending on the whole file. `session` is where the bench and the
+/// configuration meet; `run` and `review` use everything below and never
+/// each other.
+const STAGES: &[(&str, u32)] = &[
+    ("check", 0),
+    ("files", 0),
+    ("clock", 0),
+    ("interrupt", 0),
+    ("bench", 1),
+    ("referee", 2),
+    ("agent", 3),
+    ("config", 4),
+    ("record", 5),
+    ("session", 6),
+    ("run", 7),
+    ("review", 7),
+    ("doctor", 8),
+    ("cli", 9),
+    ("main", 10),
+];
+
+fn rank(module: &str) -> Option<u32> {
+    STAGES
+        .iter()
+        .find(|(s, _)| *s == stage(module))
+        .map(|&(_, r)| r)
+}
+
+/// The import edges that break [`STAGES`], as `from -> to`.
+fn against_the_stages(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     let mut bad = Vec::new();
-    for (m, deps) in graph() {
-        let upstream_only = match stage(&m) {
-            "bench" => vec!["run", "record", "review", "cli", "referee"],
-            "referee" => downstream.to_vec(),
-            "record" => vec!["run", "review", "cli"],
-            _ => continue,
-        };
+    for (m, deps) in g {
         for d in deps {
-            if upstream_only.contains(&stage(&d)) {
+            let allowed = stage(d) == stage(m) || rank(d) < rank(m);
+            if !allowed {
                 bad.push(format!("{m} -> {d}"));
             }
         }
     }
-    assert!(bad.is_empty(), "imports against the pipeline: {bad:?}");
+    bad
+}
+
+#[test]
+fn every_module_belongs_to_a_stage() {
+    let unplaced: Vec<String> = graph()
+        .into_keys()
+        .filter(|m| rank(m).is_none())
+        .collect();
+    assert!(unplaced.is_empty(), "modules in no stage: {unplaced:?}");
+}
+
+#[test]
+fn every_import_runs_down_the_stages() {
+    let bad = against_the_stages(&graph());
+    assert!(bad.is_empty(), "imports against the stages: {bad:?}");
+}
+
+/// The check itself must see a violation: an edge from the bench up to the
+/// configuration, and one between the two top stages, are both refused.
+#[test]
+fn an_import_up_or_across_the_stages_is_refused() {
+    let mut g = BTreeMap::new();
+    g.insert(
+        "bench::trial".to_string(),
+        BTreeSet::from(["config".to_string()]),
+    );
+    g.insert(
+        "review::replay".to_string(),
+        BTreeSet::from(["run::iterate".to_string(), "session".to_string()]),
+    );
+    assert_eq!(
+        against_the_stages(&g),
+        vec!["bench::trial -> config", "review::replay -> run::iterate"]
+    );
 }
 
 #[test]

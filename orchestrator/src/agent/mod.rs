@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 
 use crate::agent::edit::Edit;
-use crate::config::Config;
+use config::AgentsConfig;
 use crate::referee::verdict::AttemptVerdict;
 
 /// Where an attempt came from: the agent's own idea, the loop's union of
@@ -290,20 +290,29 @@ pub trait Agent {
     fn propose(&mut self, ctx: &ProposalContext) -> anyhow::Result<Proposed>;
 }
 
+/// What the playbook agent reads and how it searches: handed over by the
+/// configuration, so the agents compile without the whole file.
+pub struct PlaybookSettings {
+    pub dir: PathBuf,
+    pub search: search::SearchConfig,
+    pub threshold: f64,
+}
+
 /// The agent a run names: the configuration picks the backend by name.
-pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
-    register_secrets(config);
+pub fn make_agent(
+    name: &str,
+    agents: &AgentsConfig,
+    playbook: &PlaybookSettings,
+) -> Result<Box<dyn Agent>> {
+    register_secrets(agents);
     Ok(match name {
-        "playbook" => {
-            let dir = config.paths.knowledge_base.join("playbook");
-            Box::new(playbook::Playbook::new(
-                playbook::load(&dir)?,
-                config.search.clone(),
-                config.compare.threshold,
-            ))
-        }
-        "openai" | "anthropic" | "local" => Box::new(api_agent(name, config)?),
-        "command" => Box::new(command::CommandAgent::new(config.agents.command.clone())),
+        "playbook" => Box::new(playbook::Playbook::new(
+            playbook::load(&playbook.dir)?,
+            playbook.search.clone(),
+            playbook.threshold,
+        )),
+        "openai" | "anthropic" | "local" => Box::new(api_agent(name, agents)?),
+        "command" => Box::new(command::CommandAgent::new(agents.command.clone())),
         other => {
             bail!("unknown agent {other:?}: expected playbook, openai, anthropic, local or command")
         }
@@ -311,12 +320,12 @@ pub fn make_agent(name: &str, config: &Config) -> Result<Box<dyn Agent>> {
 }
 
 /// An API agent by name: `openai`, `anthropic` or `local`.
-pub fn api_agent(name: &str, config: &Config) -> Result<llm::LlmAgent> {
-    register_secrets(config);
+pub fn api_agent(name: &str, agents: &AgentsConfig) -> Result<llm::LlmAgent> {
+    register_secrets(agents);
     let (protocol, section) = match name {
-        "openai" => (llm::Protocol::OpenAi, &config.agents.openai),
-        "anthropic" => (llm::Protocol::Anthropic, &config.agents.anthropic),
-        "local" => (llm::Protocol::OpenAi, &config.agents.local),
+        "openai" => (llm::Protocol::OpenAi, &agents.openai),
+        "anthropic" => (llm::Protocol::Anthropic, &agents.anthropic),
+        "local" => (llm::Protocol::OpenAi, &agents.local),
         other => bail!("{other:?} is not an API agent: expected openai, anthropic or local"),
     };
     llm::LlmAgent::new(name, protocol, section.clone())
@@ -324,16 +333,12 @@ pub fn api_agent(name: &str, config: &Config) -> Result<llm::LlmAgent> {
 
 /// Whatever the configuration names as a key is redacted from every log
 /// ratchet keeps, whatever the variable is called.
-fn register_secrets(config: &Config) {
+fn register_secrets(agents: &AgentsConfig) {
     crate::bench::secrets::register(
-        [
-            &config.agents.openai,
-            &config.agents.anthropic,
-            &config.agents.local,
-        ]
-        .iter()
-        .filter_map(|a| a.api_key_env.clone())
-        .filter(|name| !name.is_empty())
-        .chain(config.agents.command.pass_env.iter().cloned()),
+        [&agents.openai, &agents.anthropic, &agents.local]
+            .iter()
+            .filter_map(|a| a.api_key_env.clone())
+            .filter(|name| !name.is_empty())
+            .chain(agents.command.pass_env.iter().cloned()),
     );
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::AttemptSummary;
 use crate::referee::posterior::{Belief, Observation};
 use crate::referee::stats::Normals;
+use crate::check::range;
 
 /// How the next move is picked from the beliefs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,12 +74,7 @@ impl Default for SearchConfig {
 
 impl SearchConfig {
     pub fn validate(&self) -> Result<()> {
-        let probability = |field: &str, v: f64| -> Result<()> {
-            if !(0.0..=1.0).contains(&v) {
-                bail!("search.{field} must be between 0 and 1, got {v}");
-            }
-            Ok(())
-        };
+        let probability = |field: &str, v: f64| range(&format!("search.{field}"), v, 0.0, 1.0);
         probability("stack_min_probability", self.stack_min_probability)?;
         probability("min_keep_probability", self.min_keep_probability)?;
         for (field, v) in [

@@ -26,8 +26,12 @@ pub enum Failure {
     ExtraBytes,
 }
 
+/// One count per failure class, indexed as [`Failure::ALL`].
+pub type FailureCounts = [u64; Failure::COUNT];
+
 impl Failure {
-    pub const ALL: [Failure; 6] = [
+    pub const COUNT: usize = 6;
+    pub const ALL: [Failure; Failure::COUNT] = [
         Failure::Connect,
         Failure::Reset,
         Failure::Timeout,
@@ -56,7 +60,7 @@ impl Contract {
     /// Judges a connection that ended with the server's FIN. `head` holds the
     /// first bytes received (at least `response.len() + 1` of them when that
     /// many arrived) and `total` counts every byte received.
-    pub fn judge(&self, head: &[u8], total: usize) -> Result<(), Failure> {
+    pub fn check(&self, head: &[u8], total: usize) -> Result<(), Failure> {
         let expected = &self.response;
         let common = head.len().min(expected.len());
         if head[..common] != expected[..common] {
@@ -89,7 +93,7 @@ mod tests {
     #[test]
     fn exact_bytes_pass() {
         let c = contract();
-        assert_eq!(c.judge(&c.response.clone(), c.response.len()), Ok(()));
+        assert_eq!(c.check(&c.response.clone(), c.response.len()), Ok(()));
     }
 
     #[test]
@@ -97,22 +101,22 @@ mod tests {
         let c = contract();
         let mut got = c.response.clone();
         got.push(b'\n');
-        assert_eq!(c.judge(&got, got.len()), Err(Failure::ExtraBytes));
+        assert_eq!(c.check(&got, got.len()), Err(Failure::ExtraBytes));
     }
 
     #[test]
     fn extra_bytes_beyond_the_kept_head_are_caught() {
         let c = contract();
         let head = c.response.clone();
-        assert_eq!(c.judge(&head, head.len() + 100), Err(Failure::ExtraBytes));
+        assert_eq!(c.check(&head, head.len() + 100), Err(Failure::ExtraBytes));
     }
 
     #[test]
     fn missing_last_byte_is_truncated() {
         let c = contract();
         let got = &c.response[..c.response.len() - 1];
-        assert_eq!(c.judge(got, got.len()), Err(Failure::Truncated));
-        assert_eq!(c.judge(&[], 0), Err(Failure::Truncated));
+        assert_eq!(c.check(got, got.len()), Err(Failure::Truncated));
+        assert_eq!(c.check(&[], 0), Err(Failure::Truncated));
     }
 
     #[test]
@@ -120,13 +124,13 @@ mod tests {
         let c = contract();
         let mut got = c.response.clone();
         got[5] ^= 1;
-        assert_eq!(c.judge(&got, got.len()), Err(Failure::WrongBytes));
+        assert_eq!(c.check(&got, got.len()), Err(Failure::WrongBytes));
     }
 
     #[test]
     fn wrong_bytes_win_over_length() {
         let c = contract();
         let got = b"HTTP/1.0".to_vec();
-        assert_eq!(c.judge(&got, got.len()), Err(Failure::WrongBytes));
+        assert_eq!(c.check(&got, got.len()), Err(Failure::WrongBytes));
     }
 }

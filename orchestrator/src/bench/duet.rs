@@ -328,7 +328,7 @@ fn run_epoch(
         e.failures[Failure::Timeout.index()] += t.stuck_clients as u64;
         e.alive = lives[i].alive;
         let last = trials[i].last_mut().expect("at least one window");
-        last.gate = gate::judge(e, &s.gate);
+        last.gate = gate::check(e, &s.gate);
         if !last.gate.passed {
             last.cost_per_connection = None;
         }
@@ -357,7 +357,7 @@ struct Window {
 
 impl Window {
     fn measurement(&self, meter: MeterReading, e: &GateEvidence, s: &TrialSettings) -> Measurement {
-        let gate = gate::judge(e, &s.gate);
+        let gate = gate::check(e, &s.gate);
         let done = e.window_completed;
         let per_conn = |x: u64| (done > 0).then(|| x as f64 / done as f64);
         let window_s = self.elapsed.as_secs_f64();

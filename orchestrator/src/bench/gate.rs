@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::bench::contract::Failure;
-use crate::config::GateConfig;
+use crate::bench::contract::{Failure, FailureCounts};
+use crate::bench::config::GateConfig;
 
 /// Everything the gate looks at, gathered by one trial.
 #[derive(Clone, Debug, Default)]
@@ -16,7 +16,7 @@ pub struct GateEvidence {
     /// that misbehaves only while it is being measured is caught.
     pub attempts: u64,
     pub completed: u64,
-    pub failures: [u64; 6],
+    pub failures: FailureCounts,
     pub window_completed: u64,
     pub alive: bool,
     pub off_core_ns: u64,
@@ -43,7 +43,7 @@ pub struct GateResult {
     pub detail: Vec<String>,
 }
 
-pub fn judge(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
+pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
     let failures: u64 = e.failures.iter().sum();
     let failure_rate = if e.attempts == 0 {
         0.0
@@ -165,14 +165,14 @@ mod tests {
     fn connections_held_after_the_clients_are_done_fail_the_gate() {
         let mut e = healthy();
         e.held_connections = 3;
-        let g = judge(&e, &GateConfig::default());
+        let g = check(&e, &GateConfig::default());
         assert!(!g.passed);
         assert_eq!(g.reasons["deferred_close"], 3);
     }
 
     #[test]
     fn healthy_trial_passes() {
-        let g = judge(&healthy(), &GateConfig::default());
+        let g = check(&healthy(), &GateConfig::default());
         assert!(g.passed, "{g:?}");
         assert!(g.reasons.is_empty());
     }
@@ -181,11 +181,11 @@ mod tests {
     fn rate_at_or_above_limit_fails_and_below_passes() {
         let mut e = healthy();
         e.failures[Failure::Reset.index()] = 10; // exactly 1e-4
-        let g = judge(&e, &GateConfig::default());
+        let g = check(&e, &GateConfig::default());
         assert!(!g.passed);
         assert_eq!(g.reasons["reset"], 10);
         e.failures[Failure::Reset.index()] = 9;
-        let g = judge(&e, &GateConfig::default());
+        let g = check(&e, &GateConfig::default());
         assert!(g.passed, "9 in 100000 is below 1e-4: {g:?}");
         assert_eq!(
             g.reasons["reset"], 9,
@@ -198,28 +198,28 @@ mod tests {
         let cfg = GateConfig::default();
         let mut e = healthy();
         e.alive = false;
-        assert!(judge(&e, &cfg).reasons.contains_key("server_exited"));
+        assert!(check(&e, &cfg).reasons.contains_key("server_exited"));
         let mut e = healthy();
         e.off_core_ns = 5;
-        assert_eq!(judge(&e, &cfg).reasons["off_core"], 5);
+        assert_eq!(check(&e, &cfg).reasons["off_core"], 5);
         let mut e = healthy();
         e.window_completed = 3;
-        assert!(!judge(&e, &cfg).passed);
+        assert!(!check(&e, &cfg).passed);
         let e = GateEvidence {
             start_error: Some("never listened".into()),
             ..Default::default()
         };
-        let g = judge(&e, &cfg);
+        let g = check(&e, &cfg);
         assert!(!g.passed && g.reasons.contains_key("no_listen"));
     }
 
     #[test]
     fn combined_gate_needs_every_trial() {
         let cfg = GateConfig::default();
-        let good = judge(&healthy(), &cfg);
+        let good = check(&healthy(), &cfg);
         let mut e = healthy();
         e.alive = false;
-        let bad = judge(&e, &cfg);
+        let bad = check(&e, &cfg);
         assert!(combine(&[good.clone(), good.clone()]).passed);
         let c = combine(&[good, bad]);
         assert!(!c.passed);

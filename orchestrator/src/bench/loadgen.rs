@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
-use crate::bench::contract::{Contract, Failure};
+use crate::bench::contract::{Contract, Failure, FailureCounts};
 
 #[derive(Clone, Debug)]
 pub struct LoadSpec {
@@ -47,12 +47,12 @@ impl LoadSpec {
 pub struct LoadSnapshot {
     pub attempts: u64,
     pub completed: u64,
-    pub failures: [u64; 6],
+    pub failures: FailureCounts,
 }
 
 impl LoadSnapshot {
     pub fn delta(&self, earlier: &LoadSnapshot) -> LoadSnapshot {
-        let mut failures = [0; 6];
+        let mut failures: FailureCounts = [0; Failure::COUNT];
         for (i, f) in failures.iter_mut().enumerate() {
             *f = self.failures[i] - earlier.failures[i];
         }
@@ -68,7 +68,7 @@ impl LoadSnapshot {
 struct Counters {
     attempts: AtomicU64,
     completed: AtomicU64,
-    failures: [AtomicU64; 6],
+    failures: [AtomicU64; Failure::COUNT],
 }
 
 struct Shared {
@@ -290,7 +290,7 @@ impl LoadGen {
 
     fn snapshot_of(shared: &Shared, target: usize) -> LoadSnapshot {
         let c = &shared.counters[target];
-        let mut failures = [0; 6];
+        let mut failures: FailureCounts = [0; Failure::COUNT];
         for (i, f) in failures.iter_mut().enumerate() {
             *f = c.failures[i].load(Ordering::Acquire);
         }
@@ -400,7 +400,7 @@ async fn connection(
             Err(_) => return Err(Failure::Reset),
         }
     }
-    spec.contract.judge(head, total)
+    spec.contract.check(head, total)
 }
 
 /// Lets the kernel pick the source port at connect time, knowing the whole
@@ -428,7 +428,7 @@ mod tests {
             connections,
             timeout: Duration::from_secs(1),
             cores: vec![],
-            contract: Arc::new(crate::config::Config::default().contract()),
+            contract: Arc::new(crate::bench::config::ContractConfig::default().contract()),
         }
     }
 

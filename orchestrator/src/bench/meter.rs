@@ -81,6 +81,10 @@ impl Default for MeterConfig {
 pub const DEFAULT_TASK_CLOCK_DRIFT: f64 = 0.035;
 
 impl MeterConfig {
+    pub fn validate(&self) -> Result<()> {
+        crate::check::range("meter.task_clock_drift", self.task_clock_drift, 0.0, 0.5)
+    }
+
     /// The between-measurement spread to add to intervals of `source`:
     /// the software clock's, or none (instruction counts do not move with
     /// the machine's speed; the emulated meter's A/A medians spread 0.16%,

@@ -18,7 +18,8 @@ use crate::bench::meter::MeterPlan;
 use crate::bench::ration::{self, Allotment, Regime, RegimeRecord};
 use crate::bench::screen::{Dropped, Stage};
 use crate::bench::trial::{failed_start, own_cpu, TrialSettings};
-use crate::config::{GateConfig, Schedule};
+use crate::bench::config::GateConfig;
+use crate::bench::schedule::Schedule;
 use crate::interrupt;
 
 /// The regime `arms` will be measured in under `s`: the idle regime where
@@ -165,7 +166,7 @@ fn probe_once(
             alive: alive[i] && server.alive(),
             ..Default::default()
         };
-        verdicts[i] = Some(gate::judge(&evidence, &rules));
+        verdicts[i] = Some(gate::check(&evidence, &rules));
         server.stop(s.stop_grace)?;
     }
     interrupt::check()?;
@@ -420,7 +421,6 @@ fn fit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
 
     #[test]
     fn a_machine_counts_as_settled_once_its_generator_stops_climbing() {
@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn alone_each_arm_drives_its_part_of_the_target_as_it_would_in_a_duet() {
-        let mut s = TrialSettings::from_config(&Config::default(), vec![0]);
+        let mut s = TrialSettings::defaults(vec![0]);
         let capacity = 30_000.0;
         let drives = |a: Allotment, cost: f64| a.share() * 1e9 / cost / capacity;
         let costs = [Some(7_000.0), Some(20_000.0), Some(12_000.0)];

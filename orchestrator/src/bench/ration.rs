@@ -20,6 +20,8 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+use crate::check::range;
+
 /// CPU bandwidth for one cgroup: at most `quota_us` of CPU time in every
 /// `period_us` ([`crate::bench::ration`] sizes it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +126,35 @@ impl Default for SaturationConfig {
             probe_ms: 600,
             ballast: true,
         }
+    }
+}
+
+impl SaturationConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        range(
+            "saturation.generator_target",
+            self.generator_target,
+            0.05,
+            0.95,
+        )?;
+        range(
+            "saturation.min_allotment_used",
+            self.min_allotment_used,
+            0.0,
+            1.0,
+        )?;
+        range(
+            "saturation.max_context_switches",
+            self.max_context_switches,
+            0.0,
+            1000.0,
+        )?;
+        range(
+            "saturation.probe_ms",
+            self.probe_ms as f64,
+            100.0,
+            60_000.0,
+        )
     }
 }
 

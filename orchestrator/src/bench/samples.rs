@@ -9,7 +9,7 @@ use crate::bench::arm::Arm;
 use crate::bench::ration::RegimeRecord;
 use crate::bench::screen::Dropped;
 use crate::bench::trial::Measurement;
-use crate::config::Schedule;
+use crate::bench::schedule::Schedule;
 
 /// Every trial of every arm so far: `trials[arm][block]`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -21,7 +21,7 @@ use crate::bench::launch::{free_port, RunningServer, CLOSE_WAIT};
 use crate::bench::loadgen::LoadGen;
 use crate::bench::meter::MeterPlan;
 use crate::bench::trial::{failed_start, Measurement, TrialSettings};
-use crate::config::GateConfig;
+use crate::bench::config::GateConfig;
 use crate::interrupt;
 
 /// Connections an arm must serve to pass: enough that a server broken on
@@ -132,5 +132,5 @@ fn screen_one(arm: &Arm, plan: &MeterPlan, s: &TrialSettings) -> Result<GateResu
         ..Default::default()
     };
     server.stop(s.stop_grace)?;
-    Ok(gate::judge(&evidence, &rules))
+    Ok(gate::check(&evidence, &rules))
 }

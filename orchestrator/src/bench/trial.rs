@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::bench::ballast::{self, Ballast};
 use crate::bench::cgroup::RationGroup;
+use crate::bench::config::{DuetLoad, GateConfig, TrialSections};
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
@@ -19,7 +20,7 @@ use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::ration::{self, Allotment, SaturationConfig};
-use crate::config::{Config, DuetLoad, GateConfig, Schedule};
+use crate::bench::schedule::Schedule;
 use crate::interrupt;
 
 #[derive(Clone, Debug)]
@@ -77,28 +78,34 @@ impl TrialSettings {
         }
     }
 
-    pub fn from_config(config: &Config, load_cores: Vec<usize>) -> Self {
+    pub fn from_sections(c: &TrialSections, load_cores: Vec<usize>) -> Self {
         Self {
-            warmup: Duration::from_millis(config.trial.warmup_ms),
-            window: Duration::from_millis(config.trial.window_ms),
-            ready_timeout: Duration::from_millis(config.trial.ready_timeout_ms),
-            stop_grace: Duration::from_millis(config.trial.stop_grace_ms),
-            connections: config.load.connections,
-            connection_timeout: Duration::from_millis(config.load.timeout_ms),
+            warmup: Duration::from_millis(c.trial.warmup_ms),
+            window: Duration::from_millis(c.trial.window_ms),
+            ready_timeout: Duration::from_millis(c.trial.ready_timeout_ms),
+            stop_grace: Duration::from_millis(c.trial.stop_grace_ms),
+            connections: c.load.connections,
+            connection_timeout: Duration::from_millis(c.load.timeout_ms),
             load_cores,
-            gate: config.gate.clone(),
-            contract: Arc::new(config.contract()),
-            schedule: config.compare.schedule,
+            gate: c.gate.clone(),
+            contract: Arc::new(c.contract.contract()),
+            schedule: c.schedule,
             duet: DuetSettings {
-                window: Duration::from_millis(config.duet.window_ms),
-                slice: Duration::from_millis(config.duet.slice_ms),
-                windows_per_epoch: config.duet.windows_per_epoch,
-                shared: config.duet.load == DuetLoad::Shared,
+                window: Duration::from_millis(c.duet.window_ms),
+                slice: Duration::from_millis(c.duet.slice_ms),
+                windows_per_epoch: c.duet.windows_per_epoch,
+                shared: c.duet.load == DuetLoad::Shared,
             },
-            saturation: config.saturation.clone(),
+            saturation: c.saturation.clone(),
             ration: None,
             drain_windows: false,
         }
+    }
+
+    /// The built-in defaults, for tests and for the emulator's calibration,
+    /// which measures no arm.
+    pub fn defaults(load_cores: Vec<usize>) -> Self {
+        Self::from_sections(&TrialSections::default(), load_cores)
     }
 }
 
@@ -265,7 +272,7 @@ pub fn failed_start(message: String, gate: &GateConfig) -> Measurement {
         ..Default::default()
     };
     Measurement {
-        gate: gate::judge(&evidence, gate),
+        gate: gate::check(&evidence, gate),
         ..Default::default()
     }
 }
@@ -350,7 +357,7 @@ pub fn run_trial(
     // A connection still hanging after the drain deadline never completed.
     evidence.failures[crate::bench::contract::Failure::Timeout.index()] +=
         totals.stuck_clients as u64;
-    let gate = gate::judge(&evidence, &s.gate);
+    let gate = gate::check(&evidence, &s.gate);
     let per_conn = |x: u64| (window.completed > 0).then(|| x as f64 / window.completed as f64);
     let window_s = elapsed.as_secs_f64();
     let h = &totals.latency_us;

@@ -57,6 +57,32 @@ fn recorded_config<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Config, D::
     serde_json::from_value(v).map_err(D::Error::custom)
 }
 
+/// Where a run stands. `interrupted` and `failed` runs can be resumed.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// A budget ran out (iterations, wall time, failures, cost).
+    Stopped,
+    /// The agent had nothing left to propose.
+    Converged,
+    Failed,
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RunStatus::Running => "running",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Stopped => "stopped",
+            RunStatus::Converged => "converged",
+            RunStatus::Failed => "failed",
+        })
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunRecord {
     pub run_id: String,
@@ -68,8 +94,7 @@ pub struct RunRecord {
     pub branch: String,
     pub worktree: PathBuf,
     pub agent: String,
-    /// running | interrupted | stopped | converged | failed
-    pub status: String,
+    pub status: RunStatus,
     pub stop_reason: Option<String>,
     pub aa: Option<AaCheck>,
     /// Blocks per measurement after the A/A check.

@@ -11,7 +11,7 @@ use crate::bench::ration::RegimeRecord;
 use crate::bench::samples::Samples;
 use crate::bench::screen::Dropped;
 use crate::bench::trial::{Latency, Measurement};
-use crate::config::Schedule;
+use crate::bench::schedule::Schedule;
 use crate::referee::stats;
 use crate::referee::verdict::{self, Verdict};
 
@@ -92,7 +92,7 @@ impl Samples {
             _ => [i.lo, i.hi],
         });
         let verdict = match (valid, median, ci) {
-            (true, Some(m), Some(ci)) => verdict::judge(m, (ci[0], ci[1]), threshold),
+            (true, Some(m), Some(ci)) => verdict::of(m, (ci[0], ci[1]), threshold),
             _ => Verdict::Invalid,
         };
         Comparison {
@@ -230,7 +230,7 @@ impl Comparison {
             ci_level: 0.95,
             ci_coverage: None,
             drift: None,
-            verdict: verdict::judge(median, (lo, hi), threshold),
+            verdict: verdict::of(median, (lo, hi), threshold),
             ratio_cv: None,
             block_ratios: vec![],
         }
@@ -311,7 +311,7 @@ pub fn report(
 mod tests {
     use super::*;
     use crate::bench::gate::GateEvidence;
-    use crate::config::GateConfig;
+    use crate::bench::config::GateConfig;
 
     fn trial(cost: Option<f64>) -> Measurement {
         Measurement {
@@ -427,7 +427,7 @@ mod tests {
         let mut s = samples(&[Some(100.0); 2], &[Some(50.0); 2]);
         let arms = [(0, "champion"), (1, "candidate")];
         assert_eq!(s.gate_failures(&arms), None);
-        s.trials[0][1].gate = gate::judge(
+        s.trials[0][1].gate = gate::check(
             &GateEvidence {
                 attempts: 10,
                 completed: 10,

@@ -2,7 +2,7 @@
 //! every command's text shares. JSON output is the serialized
 //! [`crate::referee::compare::CompareReport`] itself.
 
-use crate::config::Schedule;
+use crate::bench::schedule::Schedule;
 use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
 use crate::referee::verdict::Verdict;
 

@@ -14,7 +14,7 @@ use crate::bench::build::BuildFailure;
 use crate::bench::meter::MeterPlan;
 use crate::bench::samples::{Samples, Tampered};
 use crate::bench::trial::{self, TrialSettings};
-use crate::config::Schedule;
+use crate::bench::schedule::Schedule;
 use crate::referee::compare::Comparison;
 use crate::referee::keep::{self, Step};
 use crate::referee::stats;
@@ -34,7 +34,7 @@ pub struct Rules {
     pub threshold: f64,
     pub suspicious_gain: f64,
     pub smoke_window: Duration,
-    /// See [`crate::config::CompareConfig::max_p99_factor`].
+    /// See [`crate::referee::config::CompareConfig::max_p99_factor`].
     pub max_p99_factor: f64,
 }
 
@@ -330,7 +330,6 @@ mod tests {
     use crate::bench::gate::GateResult;
     use crate::bench::launch::ServerCommand;
     use crate::bench::trial::Measurement;
-    use crate::config::Config;
 
     /// Confirmation blocks as scripted: each call to `measure` appends the
     /// next batch of (champion, candidate) costs.
@@ -428,7 +427,7 @@ mod tests {
 
     #[test]
     fn a_confirmation_serves_each_arm_at_the_rate_of_the_duet_that_decided() {
-        let duet = TrialSettings::from_config(&Config::default(), vec![0]);
+        let duet = TrialSettings::defaults(vec![0]);
         let (alone, _) = phase_settings(Phase::Confirming, &duet, 12);
         assert_eq!(alone.schedule, Schedule::Blocks);
         // The duet's three arms share the target; alone, each of two arms

@@ -22,7 +22,7 @@ pub enum Step {
 }
 
 /// The keep condition is the comparison's `better` verdict: one rule, in
-/// [`crate::referee::verdict::judge`].
+/// [`crate::referee::verdict::of`].
 pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bool) -> Step {
     let (Some(median), Some([lo, hi])) = (c.ratio_median, c.ratio_ci95) else {
         return Step::Decided(AttemptVerdict::Invalid);
@@ -67,29 +67,20 @@ pub struct Tail {
     pub champion_cps: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 impl Tail {
     pub fn of(samples: &Samples, candidate: usize, champion: usize) -> Self {
+        // 0 where no sample passed: there is no tail to guard.
         let of = |arm: usize, f: fn(&Measurement) -> f64| {
-            median(
-                samples.trials[arm]
-                    .iter()
-                    .filter(|m| m.gate.passed)
-                    .map(f)
-                    .collect(),
-            )
+            let v: Vec<f64> = samples.trials[arm]
+                .iter()
+                .filter(|m| m.gate.passed)
+                .map(f)
+                .collect();
+            if v.is_empty() {
+                0.0
+            } else {
+                crate::referee::stats::median(&v)
+            }
         };
         Self {
             candidate_p99_us: of(candidate, |m| m.latency_us.p99),

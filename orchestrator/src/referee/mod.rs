@@ -3,6 +3,7 @@
 //! loop and replay run. It reads the bench's numbers and records nothing.
 
 pub mod compare;
+pub mod config;
 pub mod format;
 pub mod judge;
 pub mod keep;

@@ -103,7 +103,7 @@ impl std::fmt::Display for AttemptVerdict {
 /// `better` needs both a large enough effect (median at least `threshold`
 /// cheaper) and confidence that it is real (the whole 95% interval below 1);
 /// `worse` needs only confidence, since a regression of any size is news.
-pub fn judge(ratio_median: f64, ci95: (f64, f64), threshold: f64) -> Verdict {
+pub fn of(ratio_median: f64, ci95: (f64, f64), threshold: f64) -> Verdict {
     if ratio_median <= 1.0 - threshold && ci95.1 < 1.0 {
         Verdict::Better
     } else if ci95.0 > 1.0 {
@@ -119,22 +119,22 @@ mod tests {
 
     #[test]
     fn clear_win_is_better() {
-        assert_eq!(judge(0.90, (0.88, 0.93), 0.03), Verdict::Better);
+        assert_eq!(of(0.90, (0.88, 0.93), 0.03), Verdict::Better);
     }
 
     #[test]
     fn small_but_certain_win_is_same() {
-        assert_eq!(judge(0.985, (0.98, 0.99), 0.03), Verdict::Same);
+        assert_eq!(of(0.985, (0.98, 0.99), 0.03), Verdict::Same);
     }
 
     #[test]
     fn big_but_uncertain_win_is_same() {
-        assert_eq!(judge(0.90, (0.80, 1.02), 0.03), Verdict::Same);
+        assert_eq!(of(0.90, (0.80, 1.02), 0.03), Verdict::Same);
     }
 
     #[test]
     fn certain_regression_is_worse() {
-        assert_eq!(judge(1.01, (1.005, 1.02), 0.03), Verdict::Worse);
+        assert_eq!(of(1.01, (1.005, 1.02), 0.03), Verdict::Worse);
     }
 
     #[test]
@@ -156,6 +156,6 @@ mod tests {
 
     #[test]
     fn threshold_is_inclusive() {
-        assert_eq!(judge(0.97, (0.96, 0.98), 0.03), Verdict::Better);
+        assert_eq!(of(0.97, (0.96, 0.98), 0.03), Verdict::Better);
     }
 }

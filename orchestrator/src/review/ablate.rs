@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::environment::{self, Fingerprint};
 use crate::bench::samples::Samples;
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::record::lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};
@@ -143,12 +143,65 @@ impl Ablation<'_> {
     pub fn run(&self) -> Result<AblationRecord> {
         let (lineage, trees) = lineage::with_trees(self.repo, self.run)?;
         let k = lineage.steps.len() - 1;
-        let workspace = &self.session.workspace;
         let threshold = self.session.config().compare.threshold;
-        let mut arms = vec![workspace.prepare_tree(self.repo, trees[k], "champion")?];
-        // Arm index of each removal set that could be built.
-        let mut index: Vec<(Vec<usize>, usize)> = Vec::new();
-        let mut contributions = Vec::new();
+        let mut built = self.build_arms(&lineage, &trees)?;
+        let blocks = self.session.config().compare.blocks;
+        let mut samples = Samples::new(built.arms.len());
+        if built.arms.len() > 1 {
+            progress::measure(
+                self.session,
+                &self.session.trial_settings(),
+                &built.arms,
+                blocks,
+                self.seed,
+                &mut samples,
+                "ablating: ",
+            )?;
+        }
+        let arms_of: Vec<Option<usize>> = (1..=k).map(|i| built.arm_of(&[i])).collect();
+        for (a, c) in arms_of.into_iter().zip(built.contributions.iter_mut()) {
+            let Some(a) = a else { continue };
+            let cmp = samples.compare(0, a, threshold);
+            c.finding = finding(&cmp, threshold).into();
+            c.note = note(c.recorded_ratio, &c.finding, threshold);
+            c.in_final = Some(cmp);
+        }
+        let pairs = interactions(&built, &samples, &lineage, threshold);
+        Ok(AblationRecord {
+            run_id: self.run.run.run_id.clone(),
+            ablated_at: crate::clock::now_utc(),
+            champion_attempt: lineage.steps[k].attempt,
+            threshold,
+            blocks,
+            unit: self.session.plan.event.unit().into(),
+            fingerprint: environment::fingerprint(
+                &self.session.plan,
+                None,
+                built.arms[0].source_hash.clone(),
+            ),
+            arms: built
+                .arms
+                .iter()
+                .enumerate()
+                .map(|(i, a)| samples.arm_summary(i, &a.label))
+                .collect(),
+            contributions: built.contributions,
+            pairs,
+            samples,
+        })
+    }
+
+    /// The champion, and the champion without each kept change (and
+    /// without each pair, with `pairs`): every one that can be reverted
+    /// and built. A change that cannot says why in its contribution.
+    fn build_arms(&self, lineage: &lineage::Lineage, trees: &[git2::Oid]) -> Result<Built> {
+        let k = lineage.steps.len() - 1;
+        let workspace = &self.session.workspace;
+        let mut built = Built {
+            arms: vec![workspace.prepare_tree(self.repo, trees[k], "champion")?],
+            index: Vec::new(),
+            contributions: Vec::new(),
+        };
         for i in 1..=k {
             let step = &lineage.steps[i];
             let mut c = Contribution {
@@ -160,16 +213,15 @@ impl Ablation<'_> {
                 finding: "not revertible".into(),
                 note: None,
             };
-            match self.without(&trees, &[i]).and_then(|t| {
-                workspace.prepare_tree(self.repo, t, &format!("without #{}", step.attempt))
-            }) {
-                Ok(arm) => {
-                    index.push((vec![i], arms.len()));
-                    arms.push(arm);
-                }
+            let label = format!("without #{}", step.attempt);
+            match self
+                .without(trees, &[i])
+                .and_then(|t| workspace.prepare_tree(self.repo, t, &label))
+            {
+                Ok(arm) => built.push(vec![i], arm),
                 Err(e) => c.note = Some(format!("{e:#}")),
             }
-            contributions.push(c);
+            built.contributions.push(c);
         }
         if self.pairs {
             for i in 1..=k {
@@ -179,93 +231,86 @@ impl Ablation<'_> {
                         lineage.steps[i].attempt, lineage.steps[j].attempt
                     );
                     if let Ok(arm) = self
-                        .without(&trees, &[i, j])
+                        .without(trees, &[i, j])
                         .and_then(|t| workspace.prepare_tree(self.repo, t, &label))
                     {
-                        index.push((vec![i, j], arms.len()));
-                        arms.push(arm);
+                        built.push(vec![i, j], arm);
                     }
                 }
             }
         }
-        let blocks = self.session.config().compare.blocks;
-        let settings = self.session.trial_settings();
-        let mut samples = Samples::new(arms.len());
-        if arms.len() > 1 {
-            progress::measure(
-                self.session,
-                &settings,
-                &arms,
-                blocks,
-                self.seed,
-                &mut samples,
-                "ablating: ",
-            )?;
-        }
-        let arm_of = |set: &[usize]| index.iter().find(|(s, _)| s == set).map(|(_, a)| *a);
-        for (i, c) in (1..=k).zip(contributions.iter_mut()) {
-            let Some(a) = arm_of(&[i]) else { continue };
-            let cmp = samples.compare(0, a, threshold);
-            c.finding = finding(&cmp, threshold).into();
-            let helped = c.recorded_ratio.is_some_and(|r| r <= 1.0 - threshold);
-            c.note = match (helped, c.finding.as_str()) {
-                (true, "nothing measurable") => Some(format!(
-                    "helped when kept ({}); in the final combination its effect is not resolved at the threshold",
-                    fmt_ratio(c.recorded_ratio)
-                )),
-                (true, "now costs") => Some(format!(
-                    "helped when kept ({}); in the final combination it costs",
-                    fmt_ratio(c.recorded_ratio)
-                )),
-                _ => None,
-            };
-            c.in_final = Some(cmp);
-        }
-        let costs = |arm: usize| -> Vec<Option<f64>> {
-            samples.trials[arm]
-                .iter()
-                .map(|m| m.cost_per_connection)
-                .collect()
-        };
-        let mut pairs = Vec::new();
-        for (set, both) in index.iter().filter(|(s, _)| s.len() == 2) {
-            let (Some(a), Some(b)) = (arm_of(&set[..1]), arm_of(&set[1..])) else {
-                continue;
-            };
-            let f = interaction(&costs(0), &costs(a), &costs(b), &costs(*both));
-            let (factor, ci) = stats::median_ci95(&f).unzip();
-            let interacts = matches!((factor, ci), (Some(m), Some([lo, hi]))
-                if (lo > 1.0 || hi < 1.0) && (m - 1.0).abs() >= threshold);
-            pairs.push(Interaction {
-                attempts: [lineage.steps[set[0]].attempt, lineage.steps[set[1]].attempt],
-                factor,
-                factor_ci95: ci,
-                interacts,
-                description: describe(factor.unwrap_or(1.0), interacts),
-            });
-        }
-        Ok(AblationRecord {
-            run_id: self.run.run.run_id.clone(),
-            ablated_at: crate::clock::now_utc(),
-            champion_attempt: lineage.steps[k].attempt,
-            threshold,
-            blocks,
-            unit: self.session.plan.event.unit().into(),
-            fingerprint: environment::fingerprint(
-                &self.session.plan,
-                None,
-                arms[0].source_hash.clone(),
-            ),
-            arms: arms
-                .iter()
-                .enumerate()
-                .map(|(i, a)| samples.arm_summary(i, &a.label))
-                .collect(),
-            contributions,
-            pairs,
-            samples,
-        })
+        Ok(built)
     }
+}
+
+/// The arms an ablation measures: the champion first, then one per removal
+/// set that could be built, with each set's arm index.
+struct Built {
+    arms: Vec<crate::bench::arm::Arm>,
+    index: Vec<(Vec<usize>, usize)>,
+    contributions: Vec<Contribution>,
+}
+
+impl Built {
+    fn push(&mut self, set: Vec<usize>, arm: crate::bench::arm::Arm) {
+        self.index.push((set, self.arms.len()));
+        self.arms.push(arm);
+    }
+
+    fn arm_of(&self, set: &[usize]) -> Option<usize> {
+        self.index.iter().find(|(s, _)| s == set).map(|(_, a)| *a)
+    }
+}
+
+/// What a change that helped when it was kept, and does not help now,
+/// should tell the reader: the combination changed its worth.
+fn note(recorded_ratio: Option<f64>, finding: &str, threshold: f64) -> Option<String> {
+    let helped = recorded_ratio.is_some_and(|r| r <= 1.0 - threshold);
+    match (helped, finding) {
+        (true, "nothing measurable") => Some(format!(
+            "helped when kept ({}); in the final combination its effect is not resolved at the threshold",
+            fmt_ratio(recorded_ratio)
+        )),
+        (true, "now costs") => Some(format!(
+            "helped when kept ({}); in the final combination it costs",
+            fmt_ratio(recorded_ratio)
+        )),
+        _ => None,
+    }
+}
+
+/// Every measured pair's interaction factor, against the two single
+/// removals it is made of.
+fn interactions(
+    built: &Built,
+    samples: &Samples,
+    lineage: &lineage::Lineage,
+    threshold: f64,
+) -> Vec<Interaction> {
+    let costs = |arm: usize| -> Vec<Option<f64>> {
+        samples.trials[arm]
+            .iter()
+            .map(|m| m.cost_per_connection)
+            .collect()
+    };
+    let mut pairs = Vec::new();
+    for (set, both) in built.index.iter().filter(|(s, _)| s.len() == 2) {
+        let (Some(a), Some(b)) = (built.arm_of(&set[..1]), built.arm_of(&set[1..])) else {
+            continue;
+        };
+        let f = interaction(&costs(0), &costs(a), &costs(b), &costs(*both));
+        let (factor, ci) = stats::median_ci95(&f).unzip();
+        let interacts = matches!((factor, ci), (Some(m), Some([lo, hi]))
+            if (lo > 1.0 || hi < 1.0) && (m - 1.0).abs() >= threshold);
+        pairs.push(Interaction {
+            attempts: [lineage.steps[set[0]].attempt, lineage.steps[set[1]].attempt],
+            factor,
+            factor_ci95: ci,
+            interacts,
+            description: describe(factor.unwrap_or(1.0), interacts),
+        });
+    }
+    pairs
 }
 
 pub fn render(r: &AblationRecord) -> String {
@@ -312,6 +357,18 @@ pub fn render(r: &AblationRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_that_helped_when_kept_says_what_became_of_it() {
+        let quiet = note(Some(0.9), "nothing measurable", 0.03).unwrap();
+        assert!(quiet.contains("not resolved"), "{quiet}");
+        let costs = note(Some(0.9), "now costs", 0.03).unwrap();
+        assert!(costs.contains("it costs"), "{costs}");
+        // One that never cleared the threshold has nothing to explain.
+        assert_eq!(note(Some(0.99), "now costs", 0.03), None);
+        assert_eq!(note(None, "nothing measurable", 0.03), None);
+        assert_eq!(note(Some(0.9), "helps", 0.03), None);
+    }
 
     #[test]
     fn independent_changes_have_a_factor_of_one() {

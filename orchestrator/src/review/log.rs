@@ -11,6 +11,7 @@ use crate::record::recorded::RecordedRun;
 use crate::referee::format::{fmt_ci, fmt_ci_at, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::tree;
+use crate::record::journal::RunStatus;
 
 /// One attempt of the run, whatever became of it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -35,7 +36,7 @@ pub struct AttemptLine {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct History {
     pub run_id: String,
-    pub status: String,
+    pub status: RunStatus,
     pub agent: String,
     pub meter: String,
     pub unit: String,
@@ -79,7 +80,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
     });
     Ok(History {
         run_id: run.run.run_id.clone(),
-        status: run.run.status.clone(),
+        status: run.run.status,
         agent: run.run.agent.clone(),
         meter: run.run.fingerprint.meter_event.clone(),
         unit: run.unit().to_string(),

@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::arm::Arm;
 use crate::bench::samples::Samples;
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::bench::trial::TrialSettings;
 use crate::referee::compare::ratio_so_far;
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::arm::Arm;
 use crate::bench::environment::Fingerprint;
 use crate::bench::samples::Samples;
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::referee::compare::{ArmSummary, Comparison};
 use crate::referee::format::{fmt_ci, fmt_ratio};
 use crate::review::progress;

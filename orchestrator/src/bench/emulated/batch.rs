@@ -30,7 +30,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use crate::bench::contract::{Contract, Failure};
+use crate::bench::contract::{Contract, Failure, FailureCounts};
 use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::marker::{self, Mark};
@@ -72,7 +72,7 @@ const CLIENTS_EVERY: Duration = Duration::from_millis(10);
 struct Batch {
     attempts: u64,
     completed: u64,
-    failures: [u64; 6],
+    failures: FailureCounts,
     /// The markers around its windows, when scored.
     windows: Vec<[u64; 2]>,
     /// Every client connected (and so was queued) before the server ran.
@@ -180,7 +180,7 @@ fn measurement(
     };
     let per_conn = |x: u64| (completed > 0).then(|| x as f64 / completed as f64);
     Measurement {
-        gate: gate::judge(&evidence, &s.gate),
+        gate: gate::check(&evidence, &s.gate),
         window_completed: completed,
         window_s,
         throughput_cps: if window_s > 0.0 {
@@ -255,7 +255,7 @@ fn serve(
         }
     }
     for mut c in clients {
-        match judge(&mut c, contract) {
+        match read_and_check(&mut c, contract) {
             Ok(()) => batch.completed += 1,
             Err(f) => batch.failures[f.index()] += 1,
         }
@@ -326,13 +326,13 @@ fn all_ended(clients: &[TcpStream]) -> bool {
 
 /// Reads what the server sent (all of it has arrived: the connection
 /// ended) and judges it.
-fn judge(c: &mut TcpStream, contract: &Contract) -> Result<(), Failure> {
+fn read_and_check(c: &mut TcpStream, contract: &Contract) -> Result<(), Failure> {
     let mut head = Vec::with_capacity(contract.head_len());
     let mut total = 0;
     let mut buf = [0u8; 4096];
     loop {
         match c.read(&mut buf) {
-            Ok(0) => return contract.judge(&head, total),
+            Ok(0) => return contract.check(&head, total),
             Ok(n) => {
                 let keep = n.min(contract.head_len().saturating_sub(head.len()));
                 head.extend_from_slice(&buf[..keep]);

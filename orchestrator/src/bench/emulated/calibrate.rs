@@ -11,7 +11,6 @@ use super::measure::{base_image, guest_settings};
 use super::vm::{self, Ending};
 use super::Emulator;
 use crate::bench::trial::TrialSettings;
-use crate::config::Config;
 
 pub struct Calibration {
     /// What the loop executes: `2 * turns + 1` instructions.
@@ -40,7 +39,7 @@ impl Calibration {
 /// Boots a guest that runs the calibration loop of `turns` turns.
 pub fn calibrate(e: &Emulator, turns: u64, dir: &Path) -> Result<Calibration> {
     let mut img = base_image(e)?;
-    let settings = TrialSettings::from_config(&Config::default(), vec![0]);
+    let settings = TrialSettings::defaults(vec![0]);
     let plan = GuestPlan {
         arms: vec![],
         samples: 0,

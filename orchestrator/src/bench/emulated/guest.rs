@@ -20,7 +20,8 @@ use crate::bench::ration::{RegimeRecord, SaturationConfig};
 use crate::bench::samples::Samples;
 use crate::bench::schedule::Trial;
 use crate::bench::trial::{DuetSettings, TrialSettings};
-use crate::config::{GateConfig, Schedule};
+use crate::bench::config::GateConfig;
+use crate::bench::schedule::Schedule;
 
 /// Where the guest's init puts the plan, and where ratchet is.
 pub const PLAN_PATH: &str = "/plan.json";

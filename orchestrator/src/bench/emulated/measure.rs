@@ -24,7 +24,8 @@ use crate::bench::emulated::batch::BatchSettings;
 use crate::bench::ration::{Regime, RegimeRecord};
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::trial::{failed_start, EmulatedCounts, Measurement, TrialSettings};
-use crate::config::{GateConfig, Schedule};
+use crate::bench::config::GateConfig;
+use crate::bench::schedule::Schedule;
 
 /// How many guests share `samples`: one per host core unless configured,
 /// and never more than there are samples.

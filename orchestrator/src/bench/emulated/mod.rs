@@ -26,6 +26,8 @@ pub mod vm;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+use crate::check::range;
+
 pub use assets::Emulator;
 
 /// `[emulator]` in harness.toml. Times marked "guest" are guest time: one
@@ -78,5 +80,34 @@ impl Default for EmulatorConfig {
             boot_timeout_s: 120,
             timeout_s: 1200,
         }
+    }
+}
+
+impl EmulatorConfig {
+    /// The bounds QEMU, the guest kernel and the generator set.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        range("emulator.vcpus", self.vcpus as f64, 2.0, 64.0)?;
+        range("emulator.memory_mb", self.memory_mb as f64, 256.0, 65536.0)?;
+        range("emulator.backlog", self.backlog as f64, 1.0, 4096.0)?;
+        range("emulator.batches", self.batches as f64, 1.0, 1000.0)?;
+        range(
+            "emulator.warmup_batches",
+            self.warmup_batches as f64,
+            0.0,
+            1000.0,
+        )?;
+        range(
+            "emulator.batch_timeout_ms",
+            self.batch_timeout_ms as f64,
+            10.0,
+            600_000.0,
+        )?;
+        range(
+            "emulator.boot_timeout_s",
+            self.boot_timeout_s as f64,
+            1.0,
+            86_400.0,
+        )?;
+        range("emulator.timeout_s", self.timeout_s as f64, 1.0, 86_400.0)
     }
 }

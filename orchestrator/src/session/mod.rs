@@ -1,6 +1,10 @@
 //! What every measuring command sets up first: the configuration, the SUT
 //! core and the load cores, ratchet's own pinning away from the SUT core, the
-//! core lock, and the meter plan.
+//! core lock, and the meter plan. It sits above the bench and the
+//! configuration because it is where the two meet: the bench is handed the
+//! sections it reads, never the whole file.
+
+pub mod workspace;
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -8,8 +12,8 @@ use std::path::{Path, PathBuf};
 use crate::bench::lock::CoreLock;
 use crate::bench::meter::MeterPlan;
 use crate::bench::trial::TrialSettings;
-use crate::bench::workspace::Workspace;
 use crate::config::Config;
+use workspace::Workspace;
 
 pub struct Session {
     pub workspace: Workspace,
@@ -70,6 +74,6 @@ impl Session {
     }
 
     pub fn trial_settings(&self) -> TrialSettings {
-        TrialSettings::from_config(self.config(), self.load_cores.clone())
+        self.config().trial_settings(self.load_cores.clone())
     }
 }
