@@ -1,24 +1,106 @@
 //! One iteration of the loop: propose -> scope, then the referee's judging
 //! sequence, then keep (commit, new champion) or discard (reset), and the
 //! record of it in the journal and the knowledge base.
+//!
+//! [`Loop::iterate`] is the sequence of steps; the propose step is in
+//! `propose.rs`, the judging step in `judging.rs`. A step that ends the
+//! attempt writes in the order crash recovery (`recover.rs`) relies on:
+//! git first (the worktree reset, or a keep's commit on the branch), then
+//! the attempt's record in the journal, then a new champion's
+//! `champion.json`.
 
 use anyhow::Result;
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::search::LoopMove;
+use super::moves::Refusal;
 use super::{say, scope, Loop};
-use crate::agent::{AgentFailure, Origin, ProposalContext, Proposed};
-use crate::bench::arm::Arm;
-use crate::bench::samples::Samples;
+use crate::agent::{Origin, Proposed};
+use crate::bench::meter::MeterEvent;
 use crate::clock::now_utc;
-use crate::interrupt;
-use crate::record::gitops::{GitDirSnapshot, MainTreeSnapshot};
 use crate::record::journal::{AttemptRecord, Durations};
 use crate::record::trailers;
 use crate::referee::format::fmt_ratio;
-use crate::referee::judge::{self, Judgement, Phase, Rules, Stages};
+use crate::referee::judge::Judgement;
 use crate::referee::verdict::AttemptVerdict;
+
+/// An attempt under way: its number, when it started, the champion it is
+/// made against, and its record as filled so far.
+pub(super) struct Attempt {
+    pub n: usize,
+    started: Instant,
+    pub champion: git2::Oid,
+    pub record: AttemptRecord,
+}
+
+impl Attempt {
+    /// The record, ended with `verdict` (and `detail`, when given).
+    pub fn finish(self, verdict: AttemptVerdict, detail: Option<String>) -> AttemptRecord {
+        let total_s = self.started.elapsed().as_secs_f64();
+        close(self.record, verdict, detail, total_s, now_utc())
+    }
+}
+
+/// The record of attempt `n` against `champion` before anything is known:
+/// `invalid` until a step ends it, its idea its own `#n`.
+pub(super) fn new_record(
+    n: usize,
+    agent: &str,
+    champion: &str,
+    meter: MeterEvent,
+    started_at: String,
+) -> AttemptRecord {
+    AttemptRecord {
+        number: n,
+        agent: agent.to_string(),
+        hypothesis: String::new(),
+        category: "uncategorized".into(),
+        playbook_id: None,
+        idea: format!("#{n}"),
+        origin: Origin::Agent,
+        stack_of: vec![],
+        retry_of: None,
+        champion: champion.to_string(),
+        attempt_ref: None,
+        commit: None,
+        diff: String::new(),
+        build_ok: None,
+        build_log_tail: None,
+        binary_sha256: None,
+        verdict: AttemptVerdict::Invalid,
+        detail: None,
+        meter: Some(meter),
+        samples: None,
+        vs_champion: None,
+        vs_control: None,
+        champion_vs_control: None,
+        confirmation: None,
+        extended: false,
+        control_drift: None,
+        durations: Durations::default(),
+        usage: None,
+        replies: vec![],
+        started_at,
+        finished_at: String::new(),
+    }
+}
+
+/// A record's last fields: its verdict, the detail of the step that ended
+/// it when that step gives one (else the judge's stands), and its times.
+fn close(
+    mut r: AttemptRecord,
+    verdict: AttemptVerdict,
+    detail: Option<String>,
+    total_s: f64,
+    finished_at: String,
+) -> AttemptRecord {
+    r.verdict = verdict;
+    if detail.is_some() {
+        r.detail = detail;
+    }
+    r.durations.total_s = total_s;
+    r.finished_at = finished_at;
+    r
+}
 
 fn provenance(record: &AttemptRecord) -> trailers::Provenance {
     trailers::Provenance {
@@ -28,55 +110,240 @@ fn provenance(record: &AttemptRecord) -> trailers::Provenance {
     }
 }
 
-/// The loop's side of the judging sequence: it builds the attempt's
-/// committed tree (exported where no agent or server writes, not the
-/// worktree), and measures with the loop's status line.
-struct LoopStages<'l, 'a> {
-    lp: &'l Loop<'a>,
-    n: usize,
-    tree: git2::Oid,
+/// The message of attempt `n`'s own commit (its ref), whatever its verdict.
+fn attempt_message(run_id: &str, n: usize, record: &AttemptRecord) -> String {
+    format!(
+        "attempt {n}: {}\n\n{}",
+        record.hypothesis,
+        trailers::attempt(run_id, n, &provenance(record))
+    )
 }
 
-impl Stages for LoopStages<'_, '_> {
-    fn build(&mut self) -> Result<Arm> {
-        self.lp.bar.set_message(format!("#{} building", self.n));
-        let arm =
-            self.lp
-                .session
-                .workspace
-                .prepare_tree(&self.lp.git.repo, self.tree, "candidate")?;
-        self.lp.bar.set_message(format!("#{} smoke run", self.n));
-        Ok(arm)
+/// How the scope check ends an attempt, if it does: a no-op when nothing
+/// changed at all, out of scope when anything changed where it may not.
+fn scope_refusal(nothing_changed: bool, outside: &[String]) -> Option<Refusal> {
+    if nothing_changed && outside.is_empty() {
+        return Some((AttemptVerdict::NoOp, "the proposal changed nothing".into()));
     }
+    (!outside.is_empty()).then(|| {
+        let paths = outside.join(", ");
+        let detail = format!("changed paths outside run.allowed_paths: {paths}");
+        (AttemptVerdict::Scope, detail)
+    })
+}
 
-    fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
-        let label = format!("#{} {}", self.n, phase.name());
-        let (settings, n) = judge::phase_settings(phase, &self.lp.settings(), self.lp.run.blocks);
-        self.lp.measure(arms, n, samples, &label, &settings)
-    }
+/// The kept commit's message: what was tried, by whom, and the evidence
+/// in trailers that `ratchet log` reads back.
+fn kept_message(record: &AttemptRecord, agent: &str, evidence: &trailers::Evidence) -> String {
+    let cmp = record.vs_champion.as_ref();
+    let ratios = cmp.map_or(&[][..], |c| &c.block_ratios[..]);
+    format!(
+        "{}\n\nAgent: {}{}\nCategory: {}\nMeasured side by side with the champion and the control in {} blocks;\n\
+         per-block cost ratios candidate/champion: [{}].\n\n{}",
+        record.hypothesis,
+        agent,
+        record
+            .playbook_id
+            .as_deref()
+            .map_or(String::new(), |p| format!(" (playbook entry {p})")),
+        record.category,
+        ratios.len(),
+        ratios
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        evidence.render(),
+    )
 }
 
 impl Loop<'_> {
-    /// The allowed files of the worktree, by repository-relative path.
-    fn allowed_files(&self) -> Result<BTreeMap<String, String>> {
-        let prefix = self.config().paths.treatment.display().to_string();
-        scope::allowed_files(
-            &self.treatment_in_worktree(),
-            &prefix,
-            &self.config().run.allowed_paths,
-        )
+    /// One iteration. Returns false when the agent has nothing left.
+    pub(super) fn iterate(&mut self) -> Result<bool> {
+        let mut at = self.begin()?;
+        let asked = self.ask(&mut at)?;
+        let refused = match asked.proposed {
+            Ok(Proposed::Exhausted) => return Ok(false),
+            Err(e) => {
+                self.end_without_proposal(at, e)?;
+                return Ok(true);
+            }
+            Ok(Proposed::Edits(p)) => self.apply_edits(&mut at.record, p, &asked.ctx.files)?,
+            Ok(Proposed::WorktreeChanged {
+                hypothesis,
+                category,
+            }) => {
+                at.record.hypothesis = hypothesis;
+                at.record.category = category;
+                None
+            }
+            Ok(Proposed::Stack { parts, usage }) => {
+                self.merge_onto_champion(&mut at, Origin::Stack, &parts, usage)?
+            }
+            Ok(Proposed::Retry { of, usage }) => {
+                self.merge_onto_champion(&mut at, Origin::Retry, &[of], usage)?
+            }
+        };
+        // No (idea, champion) pair is measured twice, whoever proposed it.
+        let refused = refused.or_else(|| self.measured_here(&at.record.idea, &asked.ctx));
+        if let Some(refusal) = refused {
+            self.end_refused(at, refusal)?;
+            return Ok(true);
+        }
+        let changed = self.git.changed_paths()?;
+        let outside = self.out_of_scope(&changed, asked.tampering)?;
+        if let Some(refusal) = scope_refusal(changed.is_empty(), &outside) {
+            self.end_at_scope(at, refusal)?;
+            return Ok(true);
+        }
+        let tree = self.fix_attempt(&mut at)?;
+        let judgement = self.judge(&mut at, tree)?;
+        if judgement.verdict.is_keep() {
+            self.keep(at, tree, &judgement)?;
+        } else {
+            self.discard(at, judgement.tampered)?;
+        }
+        Ok(true)
     }
 
-    fn rules(&self) -> Rules {
-        Rules {
-            threshold: self.config().compare.threshold,
-            suspicious_gain: self.config().run.suspicious_gain,
-            max_p99_factor: self.config().compare.max_p99_factor,
-            smoke_window: Duration::from_millis(self.config().run.smoke_window_ms),
+    /// A new attempt, numbered after the recorded ones, against the champion.
+    fn begin(&self) -> Result<Attempt> {
+        let n = self.attempts.len() + 1;
+        let started = Instant::now();
+        let champion = git2::Oid::from_str(&self.champion.commit)?;
+        let record = new_record(
+            n,
+            self.agent.name(),
+            &self.champion.commit,
+            self.session.plan.event,
+            now_utc(),
+        );
+        Ok(Attempt {
+            n,
+            started,
+            champion,
+            record,
+        })
+    }
+
+    /// Ends an attempt refused before its scope check: the worktree back at
+    /// the champion, then the record.
+    fn end_refused(&mut self, at: Attempt, (verdict, detail): Refusal) -> Result<()> {
+        self.git.reset_hard(at.champion)?;
+        let r = at.finish(verdict, Some(detail));
+        self.record(r)
+    }
+
+    /// What of the `changed` paths is out of scope: paths outside
+    /// `run.allowed_paths`, hard links, and what the agent did to git or
+    /// outside the worktree (`tampering`, already undone).
+    fn out_of_scope(
+        &self,
+        changed: &[(String, bool)],
+        tampering: Vec<String>,
+    ) -> Result<Vec<String>> {
+        let mut outside = scope::violations(&self.config().run.allowed_paths, changed);
+        outside.extend(
+            self.git
+                .hard_links()?
+                .into_iter()
+                .map(|p| format!("{p} (hard link)")),
+        );
+        outside.extend(tampering);
+        Ok(outside)
+    }
+
+    fn attempt_ref(&self, n: usize) -> String {
+        format!("refs/ratchet/{}/attempts/{n}", self.run.run_id)
+    }
+
+    /// Ends an attempt at the scope check. One that changed something out
+    /// of scope keeps the evidence of what was tried under its ref, without
+    /// the symlinks' targets, and the worktree goes back to the champion.
+    fn end_at_scope(&mut self, mut at: Attempt, (verdict, detail): Refusal) -> Result<()> {
+        if verdict == AttemptVerdict::Scope {
+            let message = attempt_message(&self.run.run_id, at.n, &at.record);
+            let attempt_ref = self.attempt_ref(at.n);
+            if let Ok(oid) = self.git.commit_worktree(&message, false) {
+                self.git
+                    .set_ref(&attempt_ref, oid, "ratchet attempt (scope)")?;
+                at.record.attempt_ref = Some(attempt_ref);
+            }
+            self.git.reset_hard(at.champion)?;
+        }
+        let r = at.finish(verdict, Some(detail));
+        self.record(r)
+    }
+
+    /// Fixes the attempt before anything untrusted runs: its tree, committed
+    /// under its ref, is what the build, the measurement and a keep all use.
+    fn fix_attempt(&self, at: &mut Attempt) -> Result<git2::Oid> {
+        let message = attempt_message(&self.run.run_id, at.n, &at.record);
+        let attempt_ref = self.attempt_ref(at.n);
+        let tree = self.git.tree_of_worktree()?;
+        let oid = self.git.commit_tree(tree, &message, false)?;
+        self.git.set_ref(&attempt_ref, oid, "ratchet attempt")?;
+        at.record.attempt_ref = Some(attempt_ref);
+        at.record.diff = self.git.diff(at.champion, oid)?;
+        Ok(tree)
+    }
+
+    /// Keeps the attempt: its tree committed on the run branch with the
+    /// evidence, its record, then the new champion (journal, build, profile).
+    fn keep(&mut self, mut at: Attempt, tree: git2::Oid, judgement: &Judgement) -> Result<()> {
+        let cost = judgement
+            .evidence
+            .as_ref()
+            .map_or(0.0, |e| e.candidate_cost);
+        let msg = kept_message(
+            &at.record,
+            self.agent.name(),
+            &self.evidence(&at.record, cost),
+        );
+        let commit = self.git.commit_tree(tree, &msg, true)?;
+        self.git.reset_hard(commit)?;
+        at.record.commit = Some(commit.to_string());
+        let new_champion = self.successor(&at.record, commit.to_string(), cost);
+        let r = at.finish(AttemptVerdict::Keep, None);
+        self.record(r)?;
+        self.journal.write_champion(&new_champion)?;
+        self.champion = new_champion;
+        self.champion_arm = self.build_champion()?;
+        self.refresh_profile();
+        Ok(())
+    }
+
+    /// The trailers of a kept commit.
+    fn evidence(&self, record: &AttemptRecord, cost: f64) -> trailers::Evidence {
+        let cmp = record.vs_champion.as_ref();
+        trailers::Evidence {
+            run: self.run.run_id.clone(),
+            attempt: record.number,
+            meter: format!("{} ({})", self.session.plan.event.name(), self.unit()),
+            unit: self.unit().into(),
+            cost_per_connection: Some(cost),
+            ratio: cmp.and_then(|c| c.ratio_median),
+            ci95: cmp.and_then(|c| c.ratio_ci95),
+            vs_control: record.vs_control.as_ref().and_then(|c| c.ratio_median),
+            provenance: provenance(record),
         }
     }
 
-    fn record(&mut self, a: AttemptRecord) -> Result<()> {
+    /// Discards the attempt: the worktree back at the champion (and the
+    /// builds redone when a binary was modified on disk), then its record.
+    fn discard(&mut self, at: Attempt, tampered: bool) -> Result<()> {
+        self.git.reset_hard(at.champion)?;
+        if tampered {
+            self.rebuild_after_tampering()?;
+        }
+        let verdict = at.record.verdict;
+        let r = at.finish(verdict, None);
+        self.record(r)
+    }
+
+    /// Records an ended attempt: the journal, then its lesson in the
+    /// knowledge base, then a line for the user.
+    pub(super) fn record(&mut self, a: AttemptRecord) -> Result<()> {
         self.journal.append_attempt(&a)?;
         if let Some(lesson) = super::summary::lesson_of(&self.run.run_id, &a) {
             if let Err(e) = self.kb.record(&lesson) {
@@ -92,373 +359,117 @@ impl Loop<'_> {
         self.attempts.push(a);
         Ok(())
     }
+}
 
-    /// The kept commit's message: what was tried, by whom, and the evidence
-    /// in trailers that `ratchet log` reads back.
-    fn commit_message(&self, record: &AttemptRecord, cost: f64) -> String {
-        let cmp = record.vs_champion.as_ref();
-        let ratios = cmp.map_or(&[][..], |c| &c.block_ratios[..]);
-        let evidence = trailers::Evidence {
-            run: self.run.run_id.clone(),
-            attempt: record.number,
-            meter: format!("{} ({})", self.session.plan.event.name(), self.unit()),
-            unit: self.unit().into(),
-            cost_per_connection: Some(cost),
-            ratio: cmp.and_then(|c| c.ratio_median),
-            ci95: cmp.and_then(|c| c.ratio_ci95),
-            vs_control: record.vs_control.as_ref().and_then(|c| c.ratio_median),
-            provenance: provenance(record),
-        };
-        format!(
-            "{}\n\nAgent: {}{}\nCategory: {}\nMeasured side by side with the champion and the control in {} blocks;\n\
-             per-block cost ratios candidate/champion: [{}].\n\n{}",
-            record.hypothesis,
-            self.agent.name(),
-            record
-                .playbook_id
-                .as_deref()
-                .map_or(String::new(), |p| format!(" (playbook entry {p})")),
-            record.category,
-            ratios.len(),
-            ratios
-                .iter()
-                .map(|r| format!("{r:.3}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            evidence.render(),
-        )
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::referee::compare::Comparison;
+
+    fn record(n: usize) -> AttemptRecord {
+        new_record(n, "offline", "c0", MeterEvent::TaskClock, "t0".into())
     }
 
-    /// Copies what the judge found into the attempt's record, and warns when
-    /// the control drifted since the run started.
-    fn take_judgement(&self, record: &mut AttemptRecord, j: &mut Judgement) {
-        record.verdict = j.verdict;
-        record.detail = j.detail.take();
-        record.build_ok = j.build_ok;
-        record.build_log_tail = j.build_log_tail.take();
-        record.binary_sha256 = j.binary_sha256.take();
-        record.extended = j.extended;
-        record.durations.build_s = j.build_s;
-        record.durations.measure_s = j.measure_s;
-        let Some(e) = j.evidence.as_ref() else {
-            return;
-        };
-        if let Some(start) = self.run.control_start_cost.filter(|c| *c > 0.0) {
-            let drift = e.control_cost / start - 1.0;
-            record.control_drift = Some(drift);
-            if drift.abs() > self.config().run.drift_warning {
-                say(&self.bar, format!(
-                    "warning: the control's cost moved {:+.1}% since the run started (machine drift); ratios stay comparable, raw costs do not",
-                    drift * 100.0
-                ));
-            }
-        }
-        record.vs_champion = Some(e.vs_champion.clone());
-        record.vs_control = Some(e.vs_control.clone());
-        record.champion_vs_control = Some(e.champion_vs_control.clone());
-        record.samples = Some(e.samples.clone());
-        record.confirmation = e.confirmation.as_ref().map(|(c, _)| c.clone());
+    #[test]
+    fn a_new_attempt_is_invalid_under_its_own_idea_until_a_step_ends_it() {
+        let r = record(3);
+        assert_eq!(r.verdict, AttemptVerdict::Invalid);
+        assert_eq!(r.idea, "#3");
+        assert_eq!(r.category, "uncategorized");
+        assert_eq!(r.origin, Origin::Agent);
+        assert_eq!(r.champion, "c0");
+        assert_eq!(r.meter, Some(MeterEvent::TaskClock));
     }
 
-    /// One iteration. Returns false when the agent has nothing left.
-    pub(super) fn iterate(&mut self) -> Result<bool> {
-        let n = self.attempts.len() + 1;
-        let started = Instant::now();
-        let champion_commit = self.champion.commit.clone();
-        let champion_oid = git2::Oid::from_str(&champion_commit)?;
-        let mut record = AttemptRecord {
-            number: n,
-            agent: self.agent.name().to_string(),
-            hypothesis: String::new(),
-            category: "uncategorized".into(),
-            playbook_id: None,
-            idea: format!("#{n}"),
-            origin: Origin::Agent,
-            stack_of: vec![],
-            retry_of: None,
-            champion: champion_commit.clone(),
-            attempt_ref: None,
-            commit: None,
-            diff: String::new(),
-            build_ok: None,
-            build_log_tail: None,
-            binary_sha256: None,
-            verdict: AttemptVerdict::Invalid,
-            detail: None,
-            meter: Some(self.session.plan.event),
-            samples: None,
-            vs_champion: None,
-            vs_control: None,
-            champion_vs_control: None,
-            confirmation: None,
-            extended: false,
-            control_drift: None,
-            durations: Durations::default(),
-            usage: None,
-            replies: vec![],
-            started_at: now_utc(),
-            finished_at: String::new(),
-        };
-        let finish = |mut r: AttemptRecord, verdict: AttemptVerdict, detail: Option<String>| {
-            r.verdict = verdict;
-            if detail.is_some() {
-                r.detail = detail;
-            }
-            r.durations.total_s = started.elapsed().as_secs_f64();
-            r.finished_at = now_utc();
-            r
-        };
+    #[test]
+    fn the_step_that_ends_an_attempt_gives_its_verdict_and_detail_if_any() {
+        let mut r = record(1);
+        r.detail = Some("the judge's".into());
+        let kept = close(r.clone(), AttemptVerdict::Discard, None, 2.5, "t1".into());
+        assert_eq!(kept.verdict, AttemptVerdict::Discard);
+        assert_eq!(kept.detail.as_deref(), Some("the judge's"));
+        assert_eq!(kept.durations.total_s, 2.5);
+        assert_eq!(kept.finished_at, "t1");
+        let ended = close(
+            r,
+            AttemptVerdict::NoOp,
+            Some("a step's".into()),
+            0.0,
+            "t1".into(),
+        );
+        assert_eq!(ended.detail.as_deref(), Some("a step's"));
+    }
 
-        // propose: the loop's own move (a stack, or a retry for an agent
-        // that plans none), else the agent's
-        let history = self.history();
-        let lineage = self.lineage();
-        let (pool, retries_left) = {
-            let view = self.view(&history, &lineage);
-            (view.pool(), view.retries_left())
-        };
-        let ctx = ProposalContext {
-            files: self.allowed_files()?,
-            champion_commit: champion_commit.clone(),
-            kept_ids: self.champion.kept_ids.clone(),
-            kept_ideas: self.champion.kept_ideas.clone(),
-            lineage: lineage.clone(),
-            history: history.clone(),
-            pool,
-            retries_left,
-            lessons: self.kb.digest(),
-            profile: self.profile_text.clone(),
-            contract_request: self.config().contract.request.clone(),
-            contract_response: self.config().contract.response.clone(),
-            allowed_paths: self.config().run.allowed_paths.clone(),
-            worktree: self.git.path.clone(),
-        };
-        let forced = self
-            .view(&history, &lineage)
-            .next_move(self.agent.plans_retries(), self.agent.exploring(&ctx));
-        let t = Instant::now();
-        let git_before = GitDirSnapshot::take(&self.git)?;
-        let tree_before = MainTreeSnapshot::take(&self.session.workspace.root)?;
-        let asked = forced.is_none();
-        let proposed = match forced {
-            Some(LoopMove::Stack(parts)) => Ok(Proposed::Stack { parts, usage: None }),
-            Some(LoopMove::Retry(of)) => Ok(Proposed::Retry { of, usage: None }),
-            None => {
-                self.bar
-                    .set_message(format!("#{n} asking the {} agent", self.agent.name()));
-                match self.agent.propose(&ctx) {
-                    Ok(Proposed::Exhausted) => {
-                        Ok(self.view(&history, &lineage).last_stack().map_or(
-                            Proposed::Exhausted,
-                            |parts| Proposed::Stack { parts, usage: None },
-                        ))
-                    }
-                    other => other,
-                }
-            }
-        };
-        record.durations.propose_s = t.elapsed().as_secs_f64();
-        if asked {
-            record.replies = self.agent.rounds().to_vec();
-        }
-        let mut tampering: Vec<String> = git_before
-            .restore(&self.git)?
-            .into_iter()
-            .map(|g| format!("the git directory: {g}"))
-            .collect();
-        tampering.extend(
-            tree_before
-                .restore()?
-                .into_iter()
-                .map(|p| format!("outside the worktree: {p}")),
+    #[test]
+    fn nothing_changed_is_a_no_op_and_anything_outside_is_out_of_scope() {
+        let none: [String; 0] = [];
+        let (v, d) = scope_refusal(true, &none).unwrap();
+        assert_eq!(
+            (v, d.as_str()),
+            (AttemptVerdict::NoOp, "the proposal changed nothing")
         );
-        interrupt::check()?;
-        let proposed = match proposed {
-            Ok(p) => p,
-            Err(e) => {
-                self.git.reset_hard(champion_oid)?;
-                let (verdict, usage) = match e.downcast_ref::<AgentFailure>() {
-                    Some(AgentFailure::Malformed { usage, .. }) => {
-                        (AttemptVerdict::Malformed, usage.clone())
-                    }
-                    Some(AgentFailure::Unavailable { usage, .. }) => {
-                        (AttemptVerdict::AgentError, usage.clone())
-                    }
-                    None => return Err(e),
-                };
-                record.hypothesis = "(no usable proposal)".into();
-                record.usage = Some(usage);
-                let r = finish(record, verdict, Some(format!("{e:#}")));
-                self.record(r)?;
-                return Ok(true);
-            }
-        };
-        let refused = match proposed {
-            Proposed::Exhausted => return Ok(false),
-            Proposed::Edits(p) => {
-                record.hypothesis = p.hypothesis;
-                record.category = p.category;
-                record.origin = p.origin;
-                record.retry_of = p.retry_of;
-                let retried = p
-                    .retry_of
-                    .and_then(|k| self.attempts.iter().find(|a| a.number == k));
-                if let Some(idea) = p.playbook_id.clone().or(retried.map(|a| a.idea.clone())) {
-                    record.idea = idea;
-                }
-                record.playbook_id = p.playbook_id;
-                record.usage = p.usage;
-                match crate::agent::edit::apply_all(&ctx.files, &p.edits) {
-                    Ok(files) => {
-                        for (path, text) in files {
-                            std::fs::write(self.git.path.join(&path), text)?;
-                        }
-                        None
-                    }
-                    Err(e) => Some((AttemptVerdict::Malformed, format!("{e:#}"))),
-                }
-            }
-            Proposed::WorktreeChanged {
-                hypothesis,
-                category,
-            } => {
-                record.hypothesis = hypothesis;
-                record.category = category;
-                None
-            }
-            Proposed::Stack { parts, usage } => {
-                record.usage = usage;
-                self.git.reset_hard(champion_oid)?;
-                self.merge_move(&mut record, Origin::Stack, &parts)?
-            }
-            Proposed::Retry { of, usage } => {
-                record.usage = usage;
-                self.git.reset_hard(champion_oid)?;
-                self.merge_move(&mut record, Origin::Retry, &[of])?
-            }
-        };
-        // No (idea, champion) pair is measured twice, whoever proposed it.
-        let refused = refused.or_else(|| {
-            let view = self.view(&history, &lineage);
-            view.tried_here(&record.idea).map(|k| {
-                (
-                    AttemptVerdict::NoOp,
-                    format!(
-                        "{} was already measured against this champion, as attempt #{k}",
-                        record.idea
-                    ),
-                )
-            })
-        });
-        if let Some((verdict, detail)) = refused {
-            self.git.reset_hard(champion_oid)?;
-            let r = finish(record, verdict, Some(detail));
-            self.record(r)?;
-            return Ok(true);
-        }
-
-        // scope
-        let changed = self.git.changed_paths()?;
-        let mut outside = scope::violations(&self.config().run.allowed_paths, &changed);
-        outside.extend(
-            self.git
-                .hard_links()?
-                .into_iter()
-                .map(|p| format!("{p} (hard link)")),
-        );
-        outside.extend(tampering);
-        let attempt_ref = format!("refs/ratchet/{}/attempts/{n}", self.run.run_id);
-        if changed.is_empty() && outside.is_empty() {
-            let detail = Some("the proposal changed nothing".into());
-            let r = finish(record, AttemptVerdict::NoOp, detail);
-            self.record(r)?;
-            return Ok(true);
-        }
-        let message = format!(
-            "attempt {n}: {}\n\n{}",
-            record.hypothesis,
-            trailers::attempt(&self.run.run_id, n, &provenance(&record))
-        );
-        if !outside.is_empty() {
-            let detail = format!(
-                "changed paths outside run.allowed_paths: {}",
-                outside.join(", ")
+        assert!(scope_refusal(false, &none).is_none(), "in scope: judged");
+        let outside = [
+            "Makefile".to_string(),
+            "the git directory: HEAD".to_string(),
+        ];
+        for nothing_changed in [true, false] {
+            let (v, d) = scope_refusal(nothing_changed, &outside).unwrap();
+            assert_eq!(v, AttemptVerdict::Scope);
+            assert_eq!(
+                d,
+                "changed paths outside run.allowed_paths: Makefile, the git directory: HEAD"
             );
-            // Keep the evidence of what was tried, without the symlinks' targets.
-            if let Ok(oid) = self.git.commit_worktree(&message, false) {
-                self.git
-                    .set_ref(&attempt_ref, oid, "ratchet attempt (scope)")?;
-                record.attempt_ref = Some(attempt_ref.clone());
-            }
-            self.git.reset_hard(champion_oid)?;
-            let r = finish(record, AttemptVerdict::Scope, Some(detail));
-            self.record(r)?;
-            return Ok(true);
         }
-        // The attempt is fixed here, before anything untrusted runs: the
-        // build, the measurement and a keep all use this tree.
-        let attempt_tree = self.git.tree_of_worktree()?;
-        let attempt_oid = self.git.commit_tree(attempt_tree, &message, false)?;
-        self.git
-            .set_ref(&attempt_ref, attempt_oid, "ratchet attempt")?;
-        record.attempt_ref = Some(attempt_ref);
-        record.diff = self.git.diff(champion_oid, attempt_oid)?;
+    }
 
-        // build -> no-op -> smoke -> measure -> keep rule
-        let rules = self.rules();
-        let settings = self.settings();
-        let mut judgement = judge::judge(
-            &mut LoopStages {
-                lp: self,
-                n,
-                tree: attempt_tree,
-            },
-            &self.champion_arm,
-            &self.control,
-            &rules,
-            &self.session.plan,
-            &settings,
-        )?;
-        self.take_judgement(&mut record, &mut judgement);
-        // What ran (the build, the servers) may have found the worktree.
-        let moved = self.git.changed_since(attempt_tree)?;
-        if !moved.is_empty() {
-            judgement.verdict = AttemptVerdict::Scope;
-            record.verdict = AttemptVerdict::Scope;
-            record.detail = Some(format!(
-                "the worktree changed after the scope check, while the candidate was built or measured: {}",
-                moved
-                    .iter()
-                    .map(|(p, _)| p.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        if judgement.verdict.is_keep() {
-            let cost = judgement
-                .evidence
-                .as_ref()
-                .map_or(0.0, |e| e.candidate_cost);
-            let msg = self.commit_message(&record, cost);
-            let commit = self.git.commit_tree(attempt_tree, &msg, true)?;
-            self.git.reset_hard(commit)?;
-            record.commit = Some(commit.to_string());
-            let new_champion = self.successor(&record, commit.to_string(), cost);
-            let r = finish(record, AttemptVerdict::Keep, None);
-            self.record(r)?;
-            self.journal.write_champion(&new_champion)?;
-            self.champion = new_champion;
-            self.champion_arm = self.build_champion()?;
-            self.refresh_profile();
-        } else {
-            self.git.reset_hard(champion_oid)?;
-            if judgement.tampered {
-                self.rebuild_after_tampering()?;
-            }
-            let verdict = record.verdict;
-            let r = finish(record, verdict, None);
-            self.record(r)?;
-        }
-        Ok(true)
+    #[test]
+    fn an_attempt_commit_names_the_attempt_and_its_provenance() {
+        let mut r = record(4);
+        r.hypothesis = "use MSG_MORE".into();
+        r.origin = Origin::Retry;
+        r.retry_of = Some(2);
+        let m = attempt_message("run1", 4, &r);
+        assert!(m.starts_with("attempt 4: use MSG_MORE\n\n"), "{m}");
+        assert!(
+            m.ends_with(&trailers::attempt("run1", 4, &provenance(&r))),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_kept_commit_says_what_was_tried_by_whom_and_the_evidence() {
+        let mut r = record(5);
+        r.hypothesis = "batch writes".into();
+        r.category = "syscalls".into();
+        r.playbook_id = Some("writev".into());
+        let mut c = Comparison::judged(0.95, 0.93, 0.97, 0.03);
+        c.block_ratios = vec![0.95, 0.9612];
+        r.vs_champion = Some(c);
+        let evidence = trailers::Evidence {
+            run: "run1".into(),
+            attempt: 5,
+            meter: "task-clock (ns)".into(),
+            unit: "ns".into(),
+            cost_per_connection: Some(1000.0),
+            ratio: Some(0.95),
+            ci95: Some([0.93, 0.97]),
+            vs_control: None,
+            provenance: provenance(&r),
+        };
+        let m = kept_message(&r, "offline", &evidence);
+        let expected =
+            "batch writes\n\nAgent: offline (playbook entry writev)\nCategory: syscalls\n\
+                        Measured side by side with the champion and the control in 2 blocks;\n\
+                        per-block cost ratios candidate/champion: [0.950, 0.961].\n\n";
+        assert_eq!(m, format!("{expected}{}", evidence.render()));
+        r.playbook_id = None;
+        r.vs_champion = None;
+        let m = kept_message(&r, "offline", &evidence);
+        assert!(m.starts_with("batch writes\n\nAgent: offline\n"), "{m}");
+        assert!(
+            m.contains("in 0 blocks;\nper-block cost ratios candidate/champion: []."),
+            "{m}"
+        );
     }
 }

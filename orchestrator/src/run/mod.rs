@@ -11,10 +11,13 @@
 
 mod aa;
 mod iterate;
+mod judging;
 mod moves;
+mod propose;
 mod recover;
 pub mod scope;
 mod search;
+mod start;
 mod stop;
 mod summary;
 
@@ -23,14 +26,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::agent::{make_agent, Agent};
-use crate::bench::arm::{built_arm, Arm};
-use crate::bench::environment;
+use crate::agent::Agent;
+use crate::bench::arm::Arm;
 use crate::bench::profile;
 use crate::bench::samples::Samples;
 use crate::bench::session::Session;
 use crate::bench::trial::TrialSettings;
-use crate::clock::now_utc;
 use crate::config::Config;
 use crate::interrupt;
 use crate::record::gitops::{short, RunRepo};
@@ -81,14 +82,6 @@ impl std::fmt::Display for Undecided {
 }
 
 impl std::error::Error for Undecided {}
-
-fn new_run_id() -> String {
-    now_utc()
-        .replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_string()
-}
 
 struct Loop<'a> {
     session: &'a Session,
@@ -284,6 +277,40 @@ impl Loop<'_> {
             self.bar.set_message(self.standing());
         }
     }
+
+    /// Drives the loop ([`Loop::drive`]); then, when it ended well with an
+    /// attempt kept, measures the final champion against the run's start.
+    fn drive_and_stand(&mut self, fresh: bool) -> Result<Ending> {
+        let mut outcome = self.drive(fresh);
+        if outcome.is_ok() && self.champion.attempt > 0 {
+            if let Err(e) = self.measure_standing() {
+                outcome = Err(e);
+            }
+        }
+        outcome
+    }
+
+    /// Ends the run, however it ended: the worktree at the champion,
+    /// `run.json` with the status, the summary printed, then the result.
+    fn close(mut self, outcome: Result<Ending>) -> Result<()> {
+        self.bar.finish_and_clear();
+        let (status, reason) = status_of(&outcome);
+        if let Ok(oid) = git2::Oid::from_str(&self.champion.commit) {
+            self.git.reset_hard(oid).ok();
+        }
+        self.run.status = status;
+        self.run.stop_reason = Some(reason.clone());
+        let written = self.journal.write_run(&self.run);
+        print!("{}", self.summary());
+        println!("stopped: {reason}");
+        if self.run.status == "interrupted" {
+            println!("resume with: ratchet run --resume {}", self.run.run_id);
+        }
+        written?;
+        let ending = outcome?;
+        let decided = self.attempts.iter().any(|a| a.verdict.is_decided());
+        exit_of(ending, decided).map_err(Into::into)
+    }
 }
 
 /// A line for the user: above the progress bar on a terminal, plain stderr
@@ -306,204 +333,90 @@ fn bar() -> ProgressBar {
     bar
 }
 
-/// A run is judged in one meter from start to end: a count of emulated
-/// instructions and one of task-clock (or of the PMU) are never mixed in
-/// one lineage.
-fn same_meter(
-    recorded: &environment::Fingerprint,
-    plan: &crate::bench::meter::MeterPlan,
-) -> Result<()> {
-    let source = plan.source.name();
-    let recorded_source = match recorded.meter_source.as_str() {
-        // Records from before the emulated meter: the event says which.
-        "" if recorded.meter_event == "instructions" => "pmu",
-        "" => "os",
-        s => s,
-    };
-    if recorded.meter_event != plan.event.name() || recorded_source != source {
-        anyhow::bail!(
-            "it was measured in {} ({}), and this command measures in {} ({}): results from two meters are never mixed; \
-             pass --meter {} to measure as it did",
-            recorded.meter_event,
-            recorded_source,
-            plan.event.name(),
-            source,
-            match recorded_source {
-                "emulated" => "emulated",
-                "pmu" => "instructions",
-                _ => "task-clock",
-            }
-        );
-    }
-    Ok(())
-}
-
 /// Runs the loop, new or resumed. An error is a failure of ratchet itself,
 /// an interrupt, or an [`Undecided`] run, each recorded in `run.json` first.
 pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()> {
     let session = Session::open(config_path, config, "run")?;
-    let root = session.workspace.root.clone();
-    let cfg = session.config().clone();
+    let root = &session.workspace.root;
+    let cfg = session.config();
     let results = root.join(&cfg.paths.results);
-    // A resumed run keeps the agent it was started with, unless told otherwise.
-    let recorded_agent = match &options.resume {
-        Some(id) => Some(Journal::open(&results, id)?.1.agent),
-        None => None,
-    };
-    let agent_name = options
-        .agent
-        .clone()
-        .or(recorded_agent)
-        .unwrap_or_else(|| cfg.run.agent.clone());
-    let kb = knowledge::at(&root, &cfg.paths.knowledge_base, &cfg.paths.lessons);
-    let mut agent_config = cfg.clone();
-    agent_config.paths.knowledge_base = root.join(&cfg.paths.knowledge_base);
-    let agent = make_agent(&agent_name, &agent_config)?;
+    let (agent_name, agent) = start::choose_agent(&session, &results, &options)?;
+    let kb = knowledge::at(root, &cfg.paths.knowledge_base, &cfg.paths.lessons);
     let bar = bar();
+    let opened = match &options.resume {
+        Some(id) => start::resume(&session, &results, id, &kb, &bar)?,
+        None => start::create(&session, &results, &agent_name, &bar)?,
+    };
+    let fresh = opened.fresh;
+    let mut lp = Loop::open(&session, opened, kb, agent, bar)?;
+    let outcome = lp.drive_and_stand(fresh);
+    lp.close(outcome)
+}
 
-    let (journal, run, git, champion, attempts, fresh) = match &options.resume {
-        Some(id) => {
-            let (journal, run) = Journal::open(&results, id)?;
-            same_meter(&run.fingerprint, &session.plan)
-                .with_context(|| format!("resuming run {id}"))?;
-            let git = RunRepo::open(&root, id, &run.worktree)?;
-            let attempts = journal.attempts()?;
-            let mut champion = journal.champion()?.context("champion.json is missing")?;
-            recover::reconcile(&git, &journal, &attempts, &mut champion)?;
-            kb.sync(
-                id,
-                attempts.iter().filter_map(|a| summary::lesson_of(id, a)),
-            )?;
-            say(
-                &bar,
-                format!(
-                    "resuming run {id} after {} recorded attempts",
-                    attempts.len()
-                ),
-            );
-            (journal, run, git, champion, attempts, false)
-        }
-        None => {
-            let run_id = new_run_id();
-            let worktree = root.join(".ratchet").join("worktrees").join(&run_id);
-            let git = RunRepo::create(&root, &run_id, &worktree)?;
-            let base = git.head()?.to_string();
-            let treatment_hash =
-                crate::bench::build::hash_sources(&git.path.join(&cfg.paths.treatment)).ok();
-            let control_hash =
-                crate::bench::build::hash_sources(&root.join(&cfg.paths.control)).ok();
-            let run = RunRecord {
-                run_id: run_id.clone(),
-                started_at: now_utc(),
-                config: cfg.clone(),
-                fingerprint: environment::fingerprint(&session.plan, control_hash, treatment_hash),
-                base_commit: base.clone(),
-                branch: git.branch.clone(),
-                worktree,
-                agent: agent_name.clone(),
-                status: "running".into(),
-                stop_reason: None,
-                aa: None,
-                blocks: cfg.compare.blocks,
-                baseline_cost: None,
-                control_start_cost: None,
-                standing: None,
-            };
-            let journal = Journal::create(&results, &run)?;
-            let champion = ChampionRecord {
-                commit: base,
-                attempt: 0,
-                hypothesis: "the run's starting point".into(),
-                cost_per_connection: None,
-                unit: session.plan.event.unit().into(),
-                cumulative_ratio: 1.0,
-                vs_control: None,
-                kept_ids: vec![],
-                kept_ideas: vec![],
-                lineage: vec![],
-            };
-            journal.write_champion(&champion)?;
-            say(
-                &bar,
-                format!(
-                    "run {run_id}: branch {}, results in {}",
-                    git.branch,
-                    journal.dir.display()
-                ),
-            );
-            (journal, run, git, champion, Vec::new(), true)
-        }
-    };
-    bar.set_message("building the control and the champion");
-    // Beside the run's worktree, not in /tmp: a killed run leaves nothing
-    // there, and a resume exports it afresh to the same place.
-    let control_src = root.join(".ratchet").join("control").join(&run.run_id);
-    let control = session
-        .workspace
-        .control_at_rev(&run.base_commit, &control_src)
-        .context("building the control of the run's base commit")?;
-    let champion_src = git.path.join(&cfg.paths.treatment);
-    let champion_arm = built_arm(
-        "champion",
-        session
-            .workspace
-            .build_treatment_at(&champion_src)
-            .context("building the champion")?,
-    );
-    let mut lp = Loop {
-        session: &session,
-        journal,
-        run,
-        git,
-        kb,
-        agent,
-        control,
-        control_src,
-        champion_arm,
-        champion,
-        attempts,
-        profile_text: None,
-        bar,
-    };
-    let mut outcome = lp.drive(fresh);
-    if outcome.is_ok() && lp.champion.attempt > 0 {
-        if let Err(e) = lp.measure_standing() {
-            outcome = Err(e);
-        }
-    }
-    lp.bar.finish_and_clear();
-    let (status, reason) = match &outcome {
+/// The status and the reason a run ended with, for `run.json`.
+fn status_of(outcome: &Result<Ending>) -> (String, String) {
+    match outcome {
         Ok(e) => (e.status.clone(), e.reason.clone()),
         Err(e) if e.is::<interrupt::Interrupted>() => {
             ("interrupted".to_string(), "Ctrl-C or SIGTERM".to_string())
         }
         Err(e) => ("failed".to_string(), format!("{e:#}")),
-    };
-    if let Ok(oid) = git2::Oid::from_str(&lp.champion.commit) {
-        lp.git.reset_hard(oid).ok();
     }
-    lp.run.status = status;
-    lp.run.stop_reason = Some(reason.clone());
-    let written = lp.journal.write_run(&lp.run);
-    print!("{}", lp.summary());
-    println!("stopped: {reason}");
-    if lp.run.status == "interrupted" {
-        println!("resume with: ratchet run --resume {}", lp.run.run_id);
-    }
-    written?;
-    let ending = outcome?;
-    let decided = lp.attempts.iter().any(|a| a.verdict.is_decided());
+}
+
+/// The result of a run that ended on its own, for the exit code: one the
+/// A/A check refused, or one that decided no attempt, is [`Undecided`].
+fn exit_of(ending: Ending, decided: bool) -> Result<(), Undecided> {
     match (ending.refused, decided) {
         (true, _) => Err(Undecided {
             code: EXIT_REFUSED,
             reason: ending.reason,
-        }
-        .into()),
+        }),
         (false, false) => Err(Undecided {
             code: EXIT_UNDECIDED,
             reason: ending.reason,
-        }
-        .into()),
+        }),
         (false, true) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ending(status: &str, refused: bool) -> Ending {
+        Ending {
+            status: status.into(),
+            reason: "why".into(),
+            refused,
+        }
+    }
+
+    #[test]
+    fn a_run_ends_stopped_converged_interrupted_or_failed() {
+        let s = |o: Result<Ending>| status_of(&o);
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(s(Ok(ending("converged", false))), pair("converged", "why"));
+        let interrupted = anyhow::Error::new(interrupt::Interrupted).context("measuring #3");
+        assert_eq!(
+            s(Err(interrupted)),
+            pair("interrupted", "Ctrl-C or SIGTERM")
+        );
+        let failed = anyhow::anyhow!("disk full").context("writing the journal");
+        assert_eq!(
+            s(Err(failed)),
+            pair("failed", "writing the journal: disk full")
+        );
+    }
+
+    #[test]
+    fn a_run_that_decided_nothing_is_no_success() {
+        let code = |e: Ending, decided| exit_of(e, decided).err().map(|u| u.code);
+        assert_eq!(code(ending("stopped", true), true), Some(EXIT_REFUSED));
+        assert_eq!(code(ending("stopped", true), false), Some(EXIT_REFUSED));
+        assert_eq!(code(ending("stopped", false), false), Some(EXIT_UNDECIDED));
+        assert_eq!(code(ending("converged", false), true), None);
+        let u = exit_of(ending("stopped", false), false).unwrap_err();
+        assert_eq!(u.reason, "why");
     }
 }
