@@ -30,12 +30,12 @@ use crate::agent::Agent;
 use crate::bench::arm::Arm;
 use crate::bench::profile;
 use crate::bench::samples::Samples;
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::bench::trial::TrialSettings;
 use crate::config::Config;
 use crate::interrupt;
 use crate::record::gitops::{short, RunRepo};
-use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, Standing};
+use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, RunStatus, Standing};
 use crate::record::knowledge::{self, KnowledgeBase};
 use crate::referee::compare::ratio_so_far;
 use crate::referee::format::fmt_ratio;
@@ -48,8 +48,7 @@ pub struct RunOptions {
 
 /// How a run ended, for its record and its exit code.
 pub struct Ending {
-    /// stopped | converged | interrupted | failed
-    pub status: String,
+    pub status: RunStatus,
     pub reason: String,
     /// The A/A check refused to run: the threshold cannot be resolved.
     pub refused: bool,
@@ -190,7 +189,7 @@ impl Loop<'_> {
             settings.window,
         ) {
             Ok(p) => {
-                if let Err(e) = p.store(&self.kb.dir, &self.run.run_id, self.champion.attempt) {
+                if let Err(e) = p.store(&self.kb.results, &self.run.run_id, self.champion.attempt) {
                     tracing::warn!("could not store the profile: {e:#}");
                 }
                 self.profile_text = Some(p.render());
@@ -238,14 +237,14 @@ impl Loop<'_> {
             if let Some(refusal) = self.aa_check()? {
                 self.journal.write_run(&self.run)?;
                 return Ok(Ending {
-                    status: "stopped".into(),
+                    status: RunStatus::Stopped,
                     reason: refusal,
                     refused: true,
                 });
             }
             self.journal.write_run(&self.run)?;
             self.journal.write_champion(&self.champion)?;
-            self.kb.regenerate().ok();
+            self.kb.write_digest(&self.run.run_id).ok();
         }
         self.refresh_profile();
         let started = Instant::now();
@@ -253,7 +252,7 @@ impl Loop<'_> {
         loop {
             if let Some(reason) = self.stop_reason(started, iterations) {
                 return Ok(Ending {
-                    status: "stopped".into(),
+                    status: RunStatus::Stopped,
                     reason,
                     refused: false,
                 });
@@ -264,7 +263,7 @@ impl Loop<'_> {
                 Ok(true) => iterations += 1,
                 Ok(false) => {
                     return Ok(Ending {
-                        status: "converged".into(),
+                        status: RunStatus::Converged,
                         reason: "the agent has nothing left to propose".into(),
                         refused: false,
                     })
@@ -303,7 +302,7 @@ impl Loop<'_> {
         let written = self.journal.write_run(&self.run);
         print!("{}", self.summary());
         println!("stopped: {reason}");
-        if self.run.status == "interrupted" {
+        if self.run.status == RunStatus::Interrupted {
             println!("resume with: ratchet run --resume {}", self.run.run_id);
         }
         written?;
@@ -341,7 +340,7 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
     let cfg = session.config();
     let results = root.join(&cfg.paths.results);
     let (agent_name, agent) = start::choose_agent(&session, &results, &options)?;
-    let kb = knowledge::at(root, &cfg.paths.knowledge_base, &cfg.paths.lessons);
+    let kb = knowledge::at(root, &cfg.paths.knowledge_base, &cfg.paths.results);
     let bar = bar();
     let opened = match &options.resume {
         Some(id) => start::resume(&session, &results, id, &kb, &bar)?,
@@ -354,13 +353,13 @@ pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()
 }
 
 /// The status and the reason a run ended with, for `run.json`.
-fn status_of(outcome: &Result<Ending>) -> (String, String) {
+fn status_of(outcome: &Result<Ending>) -> (RunStatus, String) {
     match outcome {
-        Ok(e) => (e.status.clone(), e.reason.clone()),
+        Ok(e) => (e.status, e.reason.clone()),
         Err(e) if e.is::<interrupt::Interrupted>() => {
-            ("interrupted".to_string(), "Ctrl-C or SIGTERM".to_string())
+            (RunStatus::Interrupted, "Ctrl-C or SIGTERM".to_string())
         }
-        Err(e) => ("failed".to_string(), format!("{e:#}")),
+        Err(e) => (RunStatus::Failed, format!("{e:#}")),
     }
 }
 
@@ -384,9 +383,9 @@ fn exit_of(ending: Ending, decided: bool) -> Result<(), Undecided> {
 mod tests {
     use super::*;
 
-    fn ending(status: &str, refused: bool) -> Ending {
+    fn ending(status: RunStatus, refused: bool) -> Ending {
         Ending {
-            status: status.into(),
+            status,
             reason: "why".into(),
             refused,
         }
@@ -395,28 +394,31 @@ mod tests {
     #[test]
     fn a_run_ends_stopped_converged_interrupted_or_failed() {
         let s = |o: Result<Ending>| status_of(&o);
-        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
-        assert_eq!(s(Ok(ending("converged", false))), pair("converged", "why"));
+        let pair = |a: RunStatus, b: &str| (a, b.to_string());
+        assert_eq!(
+            s(Ok(ending(RunStatus::Converged, false))),
+            pair(RunStatus::Converged, "why")
+        );
         let interrupted = anyhow::Error::new(interrupt::Interrupted).context("measuring #3");
         assert_eq!(
             s(Err(interrupted)),
-            pair("interrupted", "Ctrl-C or SIGTERM")
+            pair(RunStatus::Interrupted, "Ctrl-C or SIGTERM")
         );
         let failed = anyhow::anyhow!("disk full").context("writing the journal");
         assert_eq!(
             s(Err(failed)),
-            pair("failed", "writing the journal: disk full")
+            pair(RunStatus::Failed, "writing the journal: disk full")
         );
     }
 
     #[test]
     fn a_run_that_decided_nothing_is_no_success() {
         let code = |e: Ending, decided| exit_of(e, decided).err().map(|u| u.code);
-        assert_eq!(code(ending("stopped", true), true), Some(EXIT_REFUSED));
-        assert_eq!(code(ending("stopped", true), false), Some(EXIT_REFUSED));
-        assert_eq!(code(ending("stopped", false), false), Some(EXIT_UNDECIDED));
-        assert_eq!(code(ending("converged", false), true), None);
-        let u = exit_of(ending("stopped", false), false).unwrap_err();
+        assert_eq!(code(ending(RunStatus::Stopped, true), true), Some(EXIT_REFUSED));
+        assert_eq!(code(ending(RunStatus::Stopped, true), false), Some(EXIT_REFUSED));
+        assert_eq!(code(ending(RunStatus::Stopped, false), false), Some(EXIT_UNDECIDED));
+        assert_eq!(code(ending(RunStatus::Converged, false), true), None);
+        let u = exit_of(ending(RunStatus::Stopped, false), false).unwrap_err();
         assert_eq!(u.reason, "why");
     }
 }

@@ -12,10 +12,10 @@ use crate::agent::{make_agent, Agent};
 use crate::bench::arm::built_arm;
 use crate::bench::environment;
 use crate::bench::meter::{MeterEvent, MeterSource};
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::clock::now_utc;
 use crate::record::gitops::RunRepo;
-use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord};
+use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, RunStatus};
 use crate::record::knowledge::KnowledgeBase;
 
 /// A run opened from its journal: new (`fresh`) or resumed.
@@ -26,18 +26,6 @@ pub(super) struct Opened {
     pub champion: ChampionRecord,
     pub attempts: Vec<AttemptRecord>,
     pub fresh: bool,
-}
-
-/// A new run's id: the time it started, as `20260102-030405`.
-fn new_run_id() -> String {
-    run_id_at(&now_utc())
-}
-
-fn run_id_at(utc: &str) -> String {
-    utc.replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_string()
 }
 
 /// The agent a run uses: the one named on the command line (`told`), else
@@ -76,9 +64,9 @@ pub(super) fn choose_agent(
         None => None,
     };
     let name = agent_name(options.agent.clone(), recorded, &cfg.run.agent);
-    let mut agent_config = cfg.clone();
-    agent_config.paths.knowledge_base = session.workspace.root.join(&cfg.paths.knowledge_base);
-    let agent = make_agent(&name, &agent_config)?;
+    let mut playbook = cfg.playbook_settings();
+    playbook.dir = session.workspace.root.join(&playbook.dir);
+    let agent = make_agent(&name, &cfg.agents, &playbook)?;
     Ok((name, agent))
 }
 
@@ -129,7 +117,7 @@ pub(super) fn create(
 ) -> Result<Opened> {
     let root = &session.workspace.root;
     let cfg = session.config();
-    let run_id = new_run_id();
+    let run_id = crate::clock::stamp();
     let worktree = root.join(".ratchet").join("worktrees").join(&run_id);
     let git = RunRepo::create(root, &run_id, &worktree)?;
     let base = git.head()?.to_string();
@@ -145,7 +133,7 @@ pub(super) fn create(
         branch: git.branch.clone(),
         worktree,
         agent: agent.to_string(),
-        status: "running".into(),
+        status: RunStatus::Running,
         stop_reason: None,
         aa: None,
         blocks: cfg.compare.blocks,
@@ -258,11 +246,6 @@ fn same_meter(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_run_id_is_the_time_it_started() {
-        assert_eq!(run_id_at("2026-01-02T03:04:05Z"), "20260102-030405");
-    }
 
     #[test]
     fn the_agent_named_on_the_command_line_wins_then_the_resumed_runs() {
