@@ -2,9 +2,46 @@
 //! harness.toml field for one command and is checked as that field is.
 
 use anyhow::Result;
-use clap::Args;
+use clap::{Args, ValueEnum};
 
+use crate::bench::meter::MeterChoice;
 use crate::config::{Config, Schedule};
+
+/// `--meter`: what to count, spelled as `meter.event` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Meter {
+    Auto,
+    Instructions,
+    Emulated,
+    TaskClock,
+}
+
+impl From<Meter> for MeterChoice {
+    fn from(m: Meter) -> Self {
+        match m {
+            Meter::Auto => MeterChoice::Auto,
+            Meter::Instructions => MeterChoice::Instructions,
+            Meter::Emulated => MeterChoice::Emulated,
+            Meter::TaskClock => MeterChoice::TaskClock,
+        }
+    }
+}
+
+/// `--schedule`: how arms share the SUT core, spelled as `compare.schedule` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ScheduleArg {
+    Duet,
+    Blocks,
+}
+
+impl From<ScheduleArg> for Schedule {
+    fn from(s: ScheduleArg) -> Self {
+        match s {
+            ScheduleArg::Duet => Schedule::Duet,
+            ScheduleArg::Blocks => Schedule::Blocks,
+        }
+    }
+}
 
 /// The length of a measurement, overriding harness.toml for one command.
 #[derive(Args, Clone)]
@@ -22,12 +59,12 @@ pub struct TrialArgs {
     /// What to count (overrides meter.event): auto, instructions (the
     /// hardware PMU), emulated (instructions in an emulated guest) or
     /// task-clock.
-    #[arg(long, value_parser = ["auto", "instructions", "emulated", "task-clock"])]
-    pub meter: Option<String>,
+    #[arg(long, value_enum)]
+    pub meter: Option<Meter>,
 }
 
 impl TrialArgs {
-    pub fn apply(&self, config: &mut Config) -> Result<()> {
+    pub fn apply(&self, config: &mut Config) {
         if let Some(b) = self.blocks {
             config.compare.blocks = b;
         }
@@ -38,10 +75,9 @@ impl TrialArgs {
         if let Some(w) = self.warmup_ms {
             config.trial.warmup_ms = w;
         }
-        if let Some(m) = &self.meter {
-            config.meter.event = serde_json::from_value(serde_json::Value::String(m.clone()))?;
+        if let Some(m) = self.meter {
+            config.meter.event = m.into();
         }
-        Ok(())
     }
 }
 
@@ -59,29 +95,105 @@ pub struct MeasureArgs {
     /// How arms share the SUT core: duet (every arm live in the same
     /// windows, the load moved between them in slices) or blocks (one
     /// server at a time).
-    #[arg(long, value_parser = ["duet", "blocks"])]
-    pub schedule: Option<String>,
+    #[arg(long, value_enum)]
+    pub schedule: Option<ScheduleArg>,
 }
 
 impl MeasureArgs {
     /// Applies the overrides and re-validates, so a bad flag gets the same
     /// clear error as a bad field.
     pub fn apply(&self, mut config: Config) -> Result<Config> {
-        self.trial.apply(&mut config)?;
+        self.trial.apply(&mut config);
         if let Some(c) = self.connections {
             config.load.connections = c;
         }
         if let Some(t) = self.threshold {
             config.compare.threshold = t;
         }
-        if let Some(s) = &self.schedule {
-            config.compare.schedule = if s == "duet" {
-                Schedule::Duet
-            } else {
-                Schedule::Blocks
-            };
+        if let Some(s) = self.schedule {
+            config.compare.schedule = s.into();
         }
         let text = toml::to_string(&config)?;
         Config::parse(&text, std::path::Path::new("command-line options"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        measure: MeasureArgs,
+    }
+
+    fn flags(args: &[&str]) -> Result<MeasureArgs, clap::Error> {
+        Flags::try_parse_from(std::iter::once("x").chain(args.iter().copied())).map(|f| f.measure)
+    }
+
+    fn applied(args: &[&str]) -> Result<Config> {
+        flags(args).unwrap().apply(Config::default())
+    }
+
+    /// The command line spells each choice as harness.toml does.
+    #[test]
+    fn the_choices_are_spelled_as_in_harness_toml() {
+        for m in Meter::value_variants() {
+            let name = m.to_possible_value().unwrap().get_name().to_string();
+            let field = serde_json::to_value(MeterChoice::from(*m)).unwrap();
+            assert_eq!(field, serde_json::Value::String(name));
+        }
+        for s in ScheduleArg::value_variants() {
+            let name = s.to_possible_value().unwrap().get_name().to_string();
+            assert_eq!(Schedule::from(*s).name(), name);
+        }
+    }
+
+    #[test]
+    fn meter_and_schedule_override_their_fields() {
+        let c = applied(&["--meter", "task-clock", "--schedule", "blocks"]).unwrap();
+        assert_eq!(c.meter.event, MeterChoice::TaskClock);
+        assert_eq!(c.compare.schedule, Schedule::Blocks);
+        let c = applied(&["--meter", "emulated", "--schedule", "duet"]).unwrap();
+        assert_eq!(c.meter.event, MeterChoice::Emulated);
+        assert_eq!(c.compare.schedule, Schedule::Duet);
+    }
+
+    #[test]
+    fn an_unknown_meter_or_schedule_is_refused_by_the_parser() {
+        for bad in [["--meter", "cycles"], ["--schedule", "round-robin"]] {
+            let err = flags(&bad).err().expect("refused").to_string();
+            assert!(err.contains("possible values"), "{err}");
+        }
+    }
+
+    #[test]
+    fn no_flag_leaves_the_configuration_as_it_is() {
+        let c = applied(&[]).unwrap();
+        let d = Config::default();
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            serde_json::to_value(&d).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_window_sets_both_the_duet_and_the_trial_window() {
+        let c = applied(&["--window-ms", "500", "--warmup-ms", "200", "--blocks", "8"]).unwrap();
+        assert_eq!((c.trial.window_ms, c.duet.window_ms), (500, 500));
+        assert_eq!(c.trial.warmup_ms, 200);
+        assert_eq!(c.compare.blocks, 8);
+    }
+
+    #[test]
+    fn an_override_is_checked_as_its_field_is() {
+        let err = applied(&["--blocks", "2"]).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("command-line options") && err.contains("compare.blocks"),
+            "{err}"
+        );
     }
 }

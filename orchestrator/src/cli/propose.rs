@@ -2,9 +2,11 @@
 //! classified and built, nothing measured.
 
 use anyhow::{Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 
+use super::agent::AgentKind;
+use super::Cli;
 use crate::agent::config::ReplyFormat;
 use crate::agent::sample::{self, Sample};
 use crate::agent::{api_agent, make_agent, ProposalContext};
@@ -17,14 +19,14 @@ use crate::run::scope;
 #[derive(Args)]
 pub struct ProposeArgs {
     /// The agent: local, openai, anthropic or command.
-    #[arg(long, default_value = "local")]
-    agent: String,
+    #[arg(long, value_enum, default_value = "local")]
+    agent: AgentKind,
     /// How many proposals to ask for, one after another.
     #[arg(long, default_value_t = 1)]
     count: usize,
     /// Override the API agent's reply format: auto, json or text.
-    #[arg(long, value_parser = parse_format)]
-    reply_format: Option<ReplyFormat>,
+    #[arg(long, value_enum)]
+    reply_format: Option<ReplyFormatArg>,
     /// Write every sample and the shares as JSON to this file.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -34,18 +36,30 @@ pub struct ProposeArgs {
     prompt_only: bool,
 }
 
-fn parse_format(s: &str) -> Result<ReplyFormat, String> {
-    match s {
-        "auto" => Ok(ReplyFormat::Auto),
-        "json" => Ok(ReplyFormat::Json),
-        "text" => Ok(ReplyFormat::Text),
-        _ => Err(format!("{s:?}: expected auto, json or text")),
+/// `--reply-format`, spelled as an agent's `reply_format` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ReplyFormatArg {
+    Auto,
+    Json,
+    Text,
+}
+
+impl From<ReplyFormatArg> for ReplyFormat {
+    fn from(f: ReplyFormatArg) -> Self {
+        match f {
+            ReplyFormatArg::Auto => ReplyFormat::Auto,
+            ReplyFormatArg::Json => ReplyFormat::Json,
+            ReplyFormatArg::Text => ReplyFormat::Text,
+        }
     }
 }
 
-pub fn propose(config_path: &Path, args: &ProposeArgs) -> Result<()> {
+pub fn run(cli: &Cli, args: &ProposeArgs) -> Result<()> {
+    let config_path = cli.config.as_path();
+    let agent_name = args.agent.name();
+    let reply_format = args.reply_format.map(ReplyFormat::from);
     let mut config = Config::load(config_path)?;
-    if let Some(f) = args.reply_format {
+    if let Some(f) = reply_format {
         for a in [
             &mut config.agents.openai,
             &mut config.agents.anthropic,
@@ -59,7 +73,7 @@ pub fn propose(config_path: &Path, args: &ProposeArgs) -> Result<()> {
     let prefix = config.paths.treatment.display().to_string();
     let ctx = context(&root, &config, &treatment, &prefix)?;
     if args.prompt_only {
-        let preview = api_agent(&args.agent, &config)?
+        let preview = api_agent(agent_name, &config)?
             .preview(&ctx)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         println!("{}", serde_json::to_string_pretty(&preview)?);
@@ -78,7 +92,7 @@ pub fn propose(config_path: &Path, args: &ProposeArgs) -> Result<()> {
         ] {
             a.seed = Some(base + n as u64);
         }
-        let mut agent = make_agent(&args.agent, &config)?;
+        let mut agent = make_agent(agent_name, &config)?;
         let s = sample::sample(agent.as_mut(), &ctx, &treatment, &prefix, &cache)?;
         println!(
             "#{n} {} (first round {}, {} rounds, builds {}) {:.0} s: {}",
@@ -98,8 +112,8 @@ pub fn propose(config_path: &Path, args: &ProposeArgs) -> Result<()> {
         samples.push(s);
         if let Some(out) = &args.out {
             let doc = serde_json::json!({
-                "agent": args.agent,
-                "reply_format": args.reply_format,
+                "agent": agent_name,
+                "reply_format": reply_format,
                 "shares": sample::shares(&samples),
                 "samples": samples,
             });
@@ -149,4 +163,43 @@ fn context(
         allowed_paths: config.run.allowed_paths.clone(),
         worktree: root.to_path_buf(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse, Command};
+    use super::*;
+
+    fn propose(args: &[&str]) -> Result<ProposeArgs, clap::Error> {
+        let mut all = vec!["propose"];
+        all.extend(args);
+        parse(&all).map(|c| match c {
+            Command::Propose(a) => a,
+            _ => unreachable!(),
+        })
+    }
+
+    #[test]
+    fn the_local_agent_once_by_default() {
+        let a = propose(&[]).unwrap();
+        assert_eq!(
+            (a.agent, a.count, a.reply_format),
+            (AgentKind::Local, 1, None)
+        );
+        assert!(propose(&["--agent", "gpt"]).is_err());
+    }
+
+    /// The flag takes what an agent's `reply_format` field takes, and the
+    /// samples file names it the same way.
+    #[test]
+    fn the_reply_format_is_spelled_as_in_harness_toml() {
+        for f in ReplyFormatArg::value_variants() {
+            let name = f.to_possible_value().unwrap().get_name().to_string();
+            let a = propose(&["--reply-format", name.as_str()]).unwrap();
+            assert_eq!(a.reply_format, Some(*f));
+            let field = serde_json::to_value(ReplyFormat::from(*f)).unwrap();
+            assert_eq!(field, serde_json::Value::String(name));
+        }
+        assert!(propose(&["--reply-format", "yaml"]).is_err());
+    }
 }
