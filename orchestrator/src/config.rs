@@ -92,7 +92,9 @@ pub struct RunConfig {
     pub max_consecutive_failures: usize,
     pub max_cost_usd: f64,
     pub smoke_window_ms: u64,
-    pub max_blocks: usize,
+    /// Read as `max_blocks` too, its name until 2026-12-05.
+    #[serde(alias = "max_blocks")]
+    pub max_samples: usize,
     pub drift_warning: f64,
     pub suspicious_gain: f64,
     pub profile: bool,
@@ -108,7 +110,7 @@ impl Default for RunConfig {
             max_consecutive_failures: 12,
             max_cost_usd: 5.0,
             smoke_window_ms: 500,
-            max_blocks: 80,
+            max_samples: 80,
             drift_warning: 0.05,
             suspicious_gain: 2.0,
             profile: true,
@@ -129,7 +131,7 @@ impl MachineConfig {
 
 impl RunConfig {
     fn validate(&self) -> Result<()> {
-        range("run.max_blocks", self.max_blocks as f64, 1.0, 1000.0)?;
+        range("run.max_samples", self.max_samples as f64, 1.0, 1000.0)?;
         range("run.suspicious_gain", self.suspicious_gain, 1.0, 1e6)?;
         range(
             "run.smoke_window_ms",
@@ -233,7 +235,7 @@ mod tests {
         assert_eq!(c.gate.max_failure_rate, 0.0001);
         assert_eq!(c.trial.warmup_ms, 1000);
         assert_eq!(c.trial.window_ms, 3000);
-        assert_eq!(c.compare.blocks, 12);
+        assert_eq!(c.compare.samples, 12);
         assert_eq!(c.compare.schedule, crate::bench::schedule::Schedule::Duet);
         assert!(c.contract.response.ends_with("\r\n\r\nok"));
     }

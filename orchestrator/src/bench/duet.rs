@@ -93,7 +93,7 @@ pub fn run_windows(
     s: &TrialSettings,
     on_step: &mut dyn FnMut(Step<'_>),
 ) -> Result<()> {
-    let first = samples.blocks();
+    let first = samples.count();
     let total = first + windows;
     let per_epoch = s.duet.windows_per_epoch.max(1);
     let mut w = first;
@@ -109,7 +109,7 @@ pub fn run_windows(
         let (trials, orders) = run_epoch(arms, &dropped, n, seed, epoch, plan, s, &mut |k| {
             on_step(Step {
                 block: w + k + 1,
-                blocks: total,
+                sample_count: total,
                 arm: "all arms",
                 done: (w - first + k) * arms.len(),
                 so_far: samples,

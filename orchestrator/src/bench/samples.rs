@@ -76,7 +76,7 @@ pub fn verify(arm: &Arm) -> Result<()> {
 /// Where a comparison is, for progress displays.
 pub struct Step<'a> {
     pub block: usize,
-    pub blocks: usize,
+    pub sample_count: usize,
     pub arm: &'a str,
     pub done: usize,
     /// What was measured before this block, for a display of the ratio so far.
@@ -100,7 +100,7 @@ impl Samples {
         self.dropped.get(i).and_then(Option::as_ref)
     }
 
-    pub fn blocks(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.trials.first().map_or(0, Vec::len)
     }
 }

@@ -112,15 +112,15 @@ impl Samples {
     pub fn run_blocks(
         &mut self,
         arms: &[Arm],
-        blocks: usize,
+        sample_count: usize,
         seed: u64,
         plan: &MeterPlan,
         settings: &TrialSettings,
         trial: Trial<'_>,
         on_step: &mut dyn FnMut(Step<'_>),
     ) -> Result<()> {
-        let first = self.blocks();
-        let total_blocks = first + blocks;
+        let first = self.count();
+        let total_blocks = first + sample_count;
         let mut done = 0;
         for b in first..total_blocks {
             let order = block_order(arms.len(), b, seed);
@@ -128,7 +128,7 @@ impl Samples {
             for &i in &order {
                 on_step(Step {
                     block: b + 1,
-                    blocks: total_blocks,
+                    sample_count: total_blocks,
                     arm: &arms[i].label,
                     done,
                     so_far: self,

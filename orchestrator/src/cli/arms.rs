@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use crate::bench::arm::{Arm, ArmSpec};
 use crate::bench::environment;
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::record::{lineage, recorded};
 
 /// Checks every arm spec, so a typo in the last is named before the first

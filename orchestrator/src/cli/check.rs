@@ -9,7 +9,7 @@ use clap::Args;
 use super::measure::MeasureArgs;
 use super::{arms, Cli};
 use crate::bench::samples::Samples;
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::config::Config;
 use crate::referee::{compare, format};
 use crate::review::progress;
@@ -19,9 +19,8 @@ pub struct CheckArgs {
     /// Arms, as for compare.
     #[arg(required = true, num_args = 1..)]
     arms: Vec<String>,
-    /// Samples of every arm: too few for an interval, enough to see the gate.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=100))]
-    samples: u64,
+    /// `--samples` (default 2) counts samples of every arm: too few for an
+    /// interval, enough to see the gate.
     #[command(flatten)]
     measure: MeasureArgs,
     /// Print the JSON document on stdout instead of the table.
@@ -30,18 +29,28 @@ pub struct CheckArgs {
 }
 
 impl CheckArgs {
-    /// A check judges no interval, so it takes no `--blocks`.
-    fn refuse_blocks(&self) -> Result<()> {
-        if self.measure.trial.blocks.is_some() {
-            anyhow::bail!("check takes --samples, not --blocks: it judges no interval");
+    /// A check's own sample count: it judges no interval, so it may take
+    /// fewer than the 6 a comparison needs.
+    fn samples(&self) -> Result<usize> {
+        let n = self.measure.trial.samples.unwrap_or(2);
+        if !(1..=100).contains(&n) {
+            anyhow::bail!("check --samples must be between 1 and 100, got {n}");
         }
-        Ok(())
+        Ok(n)
+    }
+
+    /// The configuration with every override but the sample count, which
+    /// is the check's own and not `compare.samples`.
+    fn config(&self, loaded: Config) -> Result<Config> {
+        let mut measure = self.measure.clone();
+        measure.trial.samples = None;
+        measure.apply(loaded)
     }
 }
 
 pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
-    args.refuse_blocks()?;
-    let config = args.measure.apply(Config::load(&cli.config)?)?;
+    let n = args.samples()?;
+    let config = args.config(Config::load(&cli.config)?)?;
     arms::check(&args.arms)?;
     let session = Session::open(&cli.config, config, "check")?;
     let arms = arms::prepare(&session, &args.arms)?;
@@ -50,7 +59,7 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
         &session,
         &session.trial_settings(),
         &arms,
-        args.samples as usize,
+        n,
         1,
         &mut samples,
         "",
@@ -68,8 +77,7 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
     } else {
         print!("{}", format::compare_table(&report));
         println!(
-            "\ngate check: {} samples of every arm; no interval or verdict below 6 samples (use compare)",
-            args.samples
+            "\ngate check: {n} samples of every arm; no interval or verdict below 6 samples (use compare)"
         );
     }
     match report.arms.iter().find(|a| !a.gate.passed) {
@@ -82,6 +90,7 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
 mod tests {
     use super::super::{parse, Command};
     use super::CheckArgs;
+    use crate::config::Config;
 
     fn check(args: &[&str]) -> Result<CheckArgs, clap::Error> {
         let mut all = vec!["check"];
@@ -94,28 +103,24 @@ mod tests {
 
     #[test]
     fn samples_default_to_two_and_stay_between_1_and_100() {
-        assert_eq!(check(&["control"]).unwrap().samples, 2);
-        assert_eq!(check(&["control", "--samples", "1"]).unwrap().samples, 1);
-        assert_eq!(
-            check(&["control", "--samples", "100"]).unwrap().samples,
-            100
-        );
-        assert!(check(&["control", "--samples", "0"]).is_err());
-        assert!(check(&["control", "--samples", "101"]).is_err());
+        let n = |args: &[&str]| check(args).unwrap().samples();
+        assert_eq!(n(&["control"]).unwrap(), 2);
+        assert_eq!(n(&["control", "--samples", "1"]).unwrap(), 1);
+        assert_eq!(n(&["control", "--samples", "100"]).unwrap(), 100);
+        // The old name is the same flag.
+        assert_eq!(n(&["control", "--blocks", "3"]).unwrap(), 3);
+        for bad in ["0", "101"] {
+            let err = n(&["control", "--samples", bad]).unwrap_err().to_string();
+            assert!(err.contains("between 1 and 100"), "{err}");
+        }
         assert!(check(&[]).is_err());
     }
 
     #[test]
-    fn blocks_are_refused_before_anything_is_read() {
-        let a = check(&["control", "--blocks", "6"]).unwrap();
-        let err = a.refuse_blocks().unwrap_err().to_string();
-        assert_eq!(
-            err,
-            "check takes --samples, not --blocks: it judges no interval"
-        );
-        check(&["control", "--window-ms", "500"])
-            .unwrap()
-            .refuse_blocks()
-            .unwrap();
+    fn a_few_samples_are_the_checks_own_not_the_comparisons() {
+        let a = check(&["control", "--samples", "2", "--window-ms", "500"]).unwrap();
+        let c = a.config(Config::default()).unwrap();
+        assert_eq!(c.compare.samples, Config::default().compare.samples);
+        assert_eq!(c.trial.window_ms, 500);
     }
 }

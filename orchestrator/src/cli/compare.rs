@@ -7,7 +7,7 @@ use clap::Args;
 use super::measure::MeasureArgs;
 use super::{arms, Cli};
 use crate::bench::samples::Samples;
-use crate::bench::session::Session;
+use crate::session::Session;
 use crate::config::Config;
 use crate::referee::{compare, format};
 use crate::review::progress;
@@ -33,13 +33,13 @@ pub fn run(cli: &Cli, args: &CompareArgs) -> Result<()> {
     let session = Session::open(&cli.config, config, "compare")?;
     let arms = arms::prepare(&session, &args.arms)?;
     let settings = session.trial_settings();
-    let blocks = session.config().compare.blocks;
+    let sample_count = session.config().compare.samples;
     let mut samples = Samples::new(arms.len());
     progress::measure(
         &session,
         &settings,
         &arms,
-        blocks,
+        sample_count,
         args.seed,
         &mut samples,
         "",

@@ -5,7 +5,9 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::bench::meter::MeterChoice;
-use crate::config::{Config, Schedule};
+use crate::bench::ration::Regime;
+use crate::bench::schedule::Schedule;
+use crate::config::Config;
 
 /// `--meter`: what to count, spelled as `meter.event` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,13 +45,29 @@ impl From<ScheduleArg> for Schedule {
     }
 }
 
+/// `--regime`: whether servers are rationed, spelled as `saturation.regime` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RegimeArg {
+    Saturated,
+    Idle,
+}
+
+impl From<RegimeArg> for Regime {
+    fn from(r: RegimeArg) -> Self {
+        match r {
+            RegimeArg::Saturated => Regime::Saturated,
+            RegimeArg::Idle => Regime::Idle,
+        }
+    }
+}
+
 /// The length of a measurement, overriding harness.toml for one command.
 #[derive(Args, Clone)]
 pub struct TrialArgs {
     /// Samples per measurement (each measures every arm once): windows of a
-    /// duet, or blocks; at least 6.
-    #[arg(long)]
-    pub blocks: Option<usize>,
+    /// duet, or blocks; at least 6. `--blocks` is its old name.
+    #[arg(long, alias = "blocks")]
+    pub samples: Option<usize>,
     /// The measured window of each sample, in ms (a duet window, or a trial's).
     #[arg(long)]
     pub window_ms: Option<u64>,
@@ -65,8 +83,8 @@ pub struct TrialArgs {
 
 impl TrialArgs {
     pub fn apply(&self, config: &mut Config) {
-        if let Some(b) = self.blocks {
-            config.compare.blocks = b;
+        if let Some(b) = self.samples {
+            config.compare.samples = b;
         }
         if let Some(w) = self.window_ms {
             config.trial.window_ms = w;
@@ -82,7 +100,7 @@ impl TrialArgs {
 }
 
 /// Measurement settings that override harness.toml for one command.
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct MeasureArgs {
     #[command(flatten)]
     pub trial: TrialArgs,
@@ -97,6 +115,11 @@ pub struct MeasureArgs {
     /// server at a time).
     #[arg(long, value_enum)]
     pub schedule: Option<ScheduleArg>,
+    /// saturated (every server rationed so it always has work: its busy
+    /// cost) or idle (unrationed: servers sleep between arrivals when the
+    /// generator is the bottleneck).
+    #[arg(long, value_enum)]
+    pub regime: Option<RegimeArg>,
 }
 
 impl MeasureArgs {
@@ -112,6 +135,9 @@ impl MeasureArgs {
         }
         if let Some(s) = self.schedule {
             config.compare.schedule = s.into();
+        }
+        if let Some(r) = self.regime {
+            config.saturation.regime = r.into();
         }
         let text = toml::to_string(&config)?;
         Config::parse(&text, std::path::Path::new("command-line options"))
@@ -149,6 +175,18 @@ mod tests {
             let name = s.to_possible_value().unwrap().get_name().to_string();
             assert_eq!(Schedule::from(*s).name(), name);
         }
+        for r in RegimeArg::value_variants() {
+            let name = r.to_possible_value().unwrap().get_name().to_string();
+            let field = serde_json::to_value(Regime::from(*r)).unwrap();
+            assert_eq!(field, serde_json::Value::String(name));
+        }
+    }
+
+    #[test]
+    fn the_regime_overrides_its_field() {
+        let c = applied(&["--regime", "idle"]).unwrap();
+        assert_eq!(c.saturation.regime, Regime::Idle);
+        assert_eq!(applied(&[]).unwrap().saturation.regime, Regime::Saturated);
     }
 
     #[test]
@@ -184,7 +222,7 @@ mod tests {
         let c = applied(&["--window-ms", "500", "--warmup-ms", "200", "--blocks", "8"]).unwrap();
         assert_eq!((c.trial.window_ms, c.duet.window_ms), (500, 500));
         assert_eq!(c.trial.warmup_ms, 200);
-        assert_eq!(c.compare.blocks, 8);
+        assert_eq!(c.compare.samples, 8);
     }
 
     #[test]
@@ -192,7 +230,7 @@ mod tests {
         let err = applied(&["--blocks", "2"]).unwrap_err();
         let err = format!("{err:#}");
         assert!(
-            err.contains("command-line options") && err.contains("compare.blocks"),
+            err.contains("command-line options") && err.contains("compare.samples"),
             "{err}"
         );
     }

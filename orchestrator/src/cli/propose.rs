@@ -10,7 +10,8 @@ use super::Cli;
 use crate::agent::config::ReplyFormat;
 use crate::agent::sample::{self, Sample};
 use crate::agent::{api_agent, make_agent, ProposalContext};
-use crate::bench::{build, session};
+use crate::bench::build;
+use crate::session;
 use crate::config::Config;
 use crate::files::write_atomic;
 use crate::record::knowledge;
@@ -18,7 +19,7 @@ use crate::run::scope;
 
 #[derive(Args)]
 pub struct ProposeArgs {
-    /// The agent: local, openai, anthropic or command.
+    /// The agent: local, openai, anthropic, command or playbook.
     #[arg(long, value_enum, default_value = "local")]
     agent: AgentKind,
     /// How many proposals to ask for, one after another.
@@ -73,7 +74,7 @@ pub fn run(cli: &Cli, args: &ProposeArgs) -> Result<()> {
     let prefix = config.paths.treatment.display().to_string();
     let ctx = context(&root, &config, &treatment, &prefix)?;
     if args.prompt_only {
-        let preview = api_agent(agent_name, &config)?
+        let preview = api_agent(agent_name, &config.agents)?
             .preview(&ctx)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         println!("{}", serde_json::to_string_pretty(&preview)?);
@@ -92,7 +93,7 @@ pub fn run(cli: &Cli, args: &ProposeArgs) -> Result<()> {
         ] {
             a.seed = Some(base + n as u64);
         }
-        let mut agent = make_agent(agent_name, &config)?;
+        let mut agent = make_agent(agent_name, &config.agents, &config.playbook_settings())?;
         let s = sample::sample(agent.as_mut(), &ctx, &treatment, &prefix, &cache)?;
         println!(
             "#{n} {} (first round {}, {} rounds, builds {}) {:.0} s: {}",
@@ -146,7 +147,7 @@ fn context(
 ) -> Result<ProposalContext> {
     let files = scope::allowed_files(treatment, prefix, &config.run.allowed_paths)
         .with_context(|| format!("cannot read {}", treatment.display()))?;
-    let kb = knowledge::at(root, &config.paths.knowledge_base, &config.paths.lessons);
+    let kb = knowledge::at(root, &config.paths.knowledge_base, &config.paths.results);
     Ok(ProposalContext {
         files,
         champion_commit: "HEAD".into(),

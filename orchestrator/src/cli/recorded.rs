@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::measure::MeasureArgs;
 use super::store::store;
 use super::Cli;
-use crate::bench::session::{self, Session};
+use crate::session::{self, Session};
 use crate::config::Config;
 use crate::record::recorded::RecordedRun;
 
@@ -64,14 +64,14 @@ pub struct RecordedArgs {
 fn recorded_settings(
     current: Config,
     recorded: &Config,
-    blocks: usize,
+    sample_count: usize,
     measure: &MeasureArgs,
 ) -> Result<Config> {
     let mut config = recorded.clone();
     config.machine = current.machine;
     config.paths = current.paths;
     config.build = current.build;
-    config.compare.blocks = blocks;
+    config.compare.samples = sample_count;
     measure.apply(config)
 }
 
@@ -89,7 +89,7 @@ pub fn remeasure<T: serde::Serialize>(
     let config = recorded_settings(
         review.config,
         &run.run.config,
-        run.run.blocks,
+        run.run.sample_count,
         &args.measure,
     )?;
     let session = Session::open(&cli.config, config, kind)?;
@@ -134,7 +134,7 @@ mod tests {
         let c = recorded_settings(here.clone(), &recorded(), 18, &measure(&[])).unwrap();
         assert_eq!(c.compare.threshold, 0.05);
         assert_eq!(c.trial.window_ms, 700);
-        assert_eq!(c.compare.blocks, 18);
+        assert_eq!(c.compare.samples, 18);
         assert_eq!(c.paths.results, here.paths.results);
         assert_eq!(c.build.timeout_s, here.build.timeout_s);
     }
@@ -143,7 +143,7 @@ mod tests {
     fn the_command_line_overrides_the_recorded_settings() {
         let flags = measure(&["--blocks", "8", "--threshold", "0.02"]);
         let c = recorded_settings(Config::default(), &recorded(), 18, &flags).unwrap();
-        assert_eq!((c.compare.blocks, c.compare.threshold), (8, 0.02));
+        assert_eq!((c.compare.samples, c.compare.threshold), (8, 0.02));
         assert_eq!(c.trial.window_ms, 700);
     }
 }

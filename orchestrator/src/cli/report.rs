@@ -25,8 +25,8 @@ pub fn run(cli: &Cli, args: &ReportArgs) -> Result<()> {
         .output
         .clone()
         .unwrap_or_else(|| run.dir.join("report.html"));
-    let kb = review.root.join(&review.config.paths.knowledge_base);
-    report::write(&review.repo, &run, &kb, &out)?;
+    let results = review.root.join(&review.config.paths.results);
+    report::write(&review.repo, &run, &results, &out)?;
     println!("{}", out.display());
     Ok(())
 }

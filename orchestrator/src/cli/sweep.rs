@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::measure::{MeasureArgs, TrialArgs};
 use super::store::store;
 use super::{arms, Cli};
-use crate::bench::session::{self, Session};
+use crate::session::{self, Session};
 use crate::config::Config;
 use crate::files;
 use crate::review::sweep;
@@ -45,6 +45,7 @@ impl SweepArgs {
                 connections: Some(level),
                 threshold: None,
                 schedule: None,
+                regime: None,
             };
             config = Some(measure.apply(base.clone())?);
         }

@@ -25,7 +25,8 @@ pub struct AaCheck {
     pub block_ratios: Vec<f64>,
     pub cv: f64,
     pub ci95: [f64; 2],
-    pub blocks_needed: usize,
+    #[serde(alias = "blocks_needed")]
+    pub samples_needed: usize,
     /// The upper confidence bound on the spread that sized the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spread_upper_bound: Option<f64>,
@@ -34,6 +35,12 @@ pub struct AaCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remeasured: Option<Box<AaCheck>>,
 }
+
+/// Settings renamed since records were first written: (section, old, new).
+const RENAMED: [(&str, &str, &str); 2] = [
+    ("compare", "blocks", "samples"),
+    ("run", "max_blocks", "max_samples"),
+];
 
 /// A configuration as the ratchet that made a record wrote it. Settings
 /// this ratchet no longer has are dropped: a record is read back, never run
@@ -50,6 +57,13 @@ fn recorded_config<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Config, D::
         }
     }
     let mut v = serde_json::Value::deserialize(d)?;
+    for (section, old, new) in RENAMED {
+        if let Some(fields) = v.get_mut(section).and_then(|s| s.as_object_mut()) {
+            if let Some(value) = fields.remove(old) {
+                fields.entry(new).or_insert(value);
+            }
+        }
+    }
     prune(
         &mut v,
         &serde_json::to_value(Config::default()).map_err(D::Error::custom)?,
@@ -97,8 +111,9 @@ pub struct RunRecord {
     pub status: RunStatus,
     pub stop_reason: Option<String>,
     pub aa: Option<AaCheck>,
-    /// Blocks per measurement after the A/A check.
-    pub blocks: usize,
+    /// Samples per measurement after the A/A check.
+    #[serde(alias = "blocks")]
+    pub sample_count: usize,
     pub baseline_cost: Option<f64>,
     pub control_start_cost: Option<f64>,
     /// The final champion measured again, side by side with the run's start
@@ -364,6 +379,23 @@ pub fn read_attempts(path: &Path) -> Result<Vec<AttemptRecord>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recorded_configuration_is_read_under_todays_names() {
+        #[derive(Deserialize)]
+        struct Recorded {
+            #[serde(deserialize_with = "recorded_config")]
+            config: Config,
+        }
+        let old = serde_json::json!({"config": {
+            "compare": {"blocks": 18},
+            "run": {"max_blocks": 40},
+            "paths": {"lessons": "lessons.md"},
+        }});
+        let r: Recorded = serde_json::from_value(old).unwrap();
+        assert_eq!(r.config.compare.samples, 18);
+        assert_eq!(r.config.run.max_samples, 40);
+    }
 
     #[test]
     fn torn_last_line_is_cut_off_on_open() {

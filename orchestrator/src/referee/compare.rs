@@ -257,7 +257,8 @@ pub struct CompareReport {
     /// Run order per sample, so the schedule can be audited.
     pub orders: Vec<Vec<usize>>,
     pub threshold: f64,
-    pub blocks: usize,
+    #[serde(alias = "blocks")]
+    pub sample_count: usize,
     pub arms: Vec<ArmSummary>,
     pub comparisons: Vec<Comparison>,
     pub environment: Fingerprint,
@@ -289,7 +290,7 @@ pub fn report(
         threshold,
         schedule: samples.schedule.unwrap_or(Schedule::Blocks),
         orders: samples.orders.clone(),
-        blocks: samples.blocks(),
+        sample_count: samples.count(),
         arms: labels
             .iter()
             .enumerate()

@@ -101,7 +101,7 @@ pub fn compare_table(r: &CompareReport) -> String {
         "meter: {} (cost per connection in {unit}); schedule {}, {} {}; threshold {:.1}%\n\n",
         r.environment.meter_reason,
         r.schedule.name(),
-        r.blocks,
+        r.sample_count,
         if r.schedule == Schedule::Duet {
             "windows"
         } else {
@@ -159,7 +159,7 @@ pub fn compare_table(r: &CompareReport) -> String {
                 "{:<w$} ran out of work in {} of {} samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored\n",
                 "",
                 a.unsaturated_samples,
-                r.blocks,
+                r.sample_count,
             );
         }
         if !a.gate.passed || !a.gate.reasons.is_empty() {

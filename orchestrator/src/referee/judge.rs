@@ -404,7 +404,7 @@ mod tests {
         assert!(keep::unconfirmed(0.89, &first, 0.05).is_some());
         let (c, alone, refuted) = confirm(&mut s, &arms(), 0.89, 0.05).unwrap();
         assert_eq!(refuted, None, "{c:?}");
-        assert_eq!(alone.blocks(), 12);
+        assert_eq!(alone.count(), 12);
     }
 
     #[test]
@@ -415,14 +415,14 @@ mod tests {
         };
         let (_, alone, refuted) = confirm(&mut s, &arms(), 0.89, 0.05).unwrap();
         assert!(refuted.unwrap().contains("sharing the core"));
-        assert_eq!(alone.blocks(), 12);
+        assert_eq!(alone.count(), 12);
         // One that confirms at the first look is not measured again.
         let mut s = Scripted {
             batches: vec![blocks(0.90)],
             calls: 0,
         };
         let (_, alone, refuted) = confirm(&mut s, &arms(), 0.89, 0.05).unwrap();
-        assert_eq!((refuted, alone.blocks()), (None, 6));
+        assert_eq!((refuted, alone.count()), (None, 6));
     }
 
     #[test]

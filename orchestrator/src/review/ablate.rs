@@ -66,7 +66,8 @@ pub struct AblationRecord {
     pub ablated_at: String,
     pub champion_attempt: usize,
     pub threshold: f64,
-    pub blocks: usize,
+    #[serde(alias = "blocks")]
+    pub sample_count: usize,
     pub unit: String,
     pub fingerprint: Fingerprint,
     pub arms: Vec<ArmSummary>,
@@ -145,14 +146,14 @@ impl Ablation<'_> {
         let k = lineage.steps.len() - 1;
         let threshold = self.session.config().compare.threshold;
         let mut built = self.build_arms(&lineage, &trees)?;
-        let blocks = self.session.config().compare.blocks;
+        let sample_count = self.session.config().compare.samples;
         let mut samples = Samples::new(built.arms.len());
         if built.arms.len() > 1 {
             progress::measure(
                 self.session,
                 &self.session.trial_settings(),
                 &built.arms,
-                blocks,
+                sample_count,
                 self.seed,
                 &mut samples,
                 "ablating: ",
@@ -172,7 +173,7 @@ impl Ablation<'_> {
             ablated_at: crate::clock::now_utc(),
             champion_attempt: lineage.steps[k].attempt,
             threshold,
-            blocks,
+            sample_count,
             unit: self.session.plan.event.unit().into(),
             fingerprint: environment::fingerprint(
                 &self.session.plan,
@@ -315,12 +316,12 @@ fn interactions(
 
 pub fn render(r: &AblationRecord) -> String {
     let mut s = format!(
-        "ablation of run {}'s champion (attempt {}): {} blocks; threshold {:.1}%; meter in {}\n\
+        "ablation of run {}'s champion (attempt {}): {} samples; threshold {:.1}%; meter in {}\n\
          ratio = cost(champion) / cost(champion without the change); < 1: the change helps\n\n\
          {:>7}  {:<23}  {:<23}  {:<20} hypothesis\n",
         r.run_id,
         r.champion_attempt,
-        r.blocks,
+        r.sample_count,
         r.threshold * 100.0,
         r.unit,
         "attempt",

@@ -25,19 +25,19 @@ pub fn measure(
     session: &Session,
     settings: &TrialSettings,
     arms: &[Arm],
-    blocks: usize,
+    sample_count: usize,
     seed: u64,
     samples: &mut Samples,
     label: &str,
 ) -> Result<()> {
-    let bar = bar(blocks * arms.len());
-    let result = samples.measure(arms, blocks, seed, &session.plan, settings, &mut |s| {
+    let bar = bar(sample_count * arms.len());
+    let result = samples.measure(arms, sample_count, seed, &session.plan, settings, &mut |s| {
         bar.set_position(s.done as u64);
         let ratio = ratio_so_far(s.so_far)
             .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));
         bar.set_message(format!(
             "{label}block {}/{} {}{ratio}",
-            s.block, s.blocks, s.arm
+            s.block, s.sample_count, s.arm
         ));
     });
     bar.finish_and_clear();

@@ -87,11 +87,11 @@ fn facts(run: &RecordedRun) -> String {
     let f = &r.fingerprint;
     let aa = r.aa.as_ref().map_or("not run".into(), |aa| {
         format!(
-            "spread (cv of block ratios) {:.1}%, interval [{:.3}, {:.3}]; {} blocks per measurement",
+            "spread (cv of block ratios) {:.1}%, interval [{:.3}, {:.3}]; {} samples per measurement",
             aa.cv * 100.0,
             aa.ci95[0],
             aa.ci95[1],
-            aa.blocks_needed
+            aa.samples_needed
         )
     });
     let rows = [
@@ -164,11 +164,11 @@ fn latest<T: serde::de::DeserializeOwned>(run: &RecordedRun, kind: &str) -> Opti
 fn replay_section(run: &RecordedRun) -> Option<String> {
     let (name, r): (String, ReplayRecord) = latest(run, "replays")?;
     let mut s = format!(
-        "<section id=\"replay\"><h2>Replayed</h2><p class=\"note\">The newest replay ({}), {} blocks: \
+        "<section id=\"replay\"><h2>Replayed</h2><p class=\"note\">The newest replay ({}), {} samples: \
          each keep measured again against its predecessor, side by side. Ratios only: raw costs from \
          different machines are not compared.</p>",
         escape(&name),
-        r.blocks
+        r.sample_count
     );
     if !r.fingerprint_differences.is_empty() {
         let _ = write!(
@@ -214,12 +214,12 @@ fn replay_section(run: &RecordedRun) -> Option<String> {
 fn ablation_section(run: &RecordedRun) -> Option<String> {
     let (name, a): (String, AblationRecord) = latest(run, "ablations")?;
     let mut s = format!(
-        "<section id=\"ablation\"><h2>Ablation</h2><p class=\"note\">The newest ablation ({}), {} blocks: \
+        "<section id=\"ablation\"><h2>Ablation</h2><p class=\"note\">The newest ablation ({}), {} samples: \
          each kept change reverted from the final champion. Ratio = cost(champion) / cost(without it).</p>\
          <table><thead><tr><th>attempt</th><th>when kept</th><th>in the final champion</th><th>finding</th>\
          <th>hypothesis</th></tr></thead><tbody>",
         escape(&name),
-        a.blocks
+        a.sample_count
     );
     for c in &a.contributions {
         let mut cells = c.cells().to_vec();
@@ -286,7 +286,7 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
             "Cost per connection",
             cost_chart(run, lineage),
             format!(
-                "Medians over each attempt's blocks, in {unit}. Raw costs drift with the machine between \
+                "Medians over each attempt's sample_count, in {unit}. Raw costs drift with the machine between \
                  attempts; the verdicts rest on ratios measured side by side, below."
             ),
         ),
@@ -302,7 +302,7 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
             SECTIONS[2],
             "Against the control",
             control_chart(run),
-            "The champion of each attempt, measured in the same blocks as the frozen Go control; \
+            "The champion of each attempt, measured in the same samples as the frozen Go control; \
              the first point is the run's baseline."
                 .to_string(),
         ),

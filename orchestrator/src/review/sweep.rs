@@ -34,7 +34,8 @@ pub struct Level {
 pub struct SweepRecord {
     pub swept_at: String,
     pub unit: String,
-    pub blocks: usize,
+    #[serde(alias = "blocks")]
+    pub sample_count: usize,
     pub threshold: f64,
     pub arms: Vec<String>,
     pub fingerprint: Fingerprint,
@@ -62,7 +63,7 @@ pub fn sweep(
     seed: u64,
     fingerprint: Fingerprint,
 ) -> Result<SweepRecord> {
-    let blocks = session.config().compare.blocks;
+    let sample_count = session.config().compare.samples;
     let threshold = session.config().compare.threshold;
     let mut out = Vec::new();
     for &connections in levels {
@@ -73,7 +74,7 @@ pub fn sweep(
             session,
             &settings,
             arms,
-            blocks,
+            sample_count,
             seed,
             &mut samples,
             &format!("{connections} connections: "),
@@ -95,7 +96,7 @@ pub fn sweep(
     Ok(SweepRecord {
         swept_at: crate::clock::now_utc(),
         unit: session.plan.event.unit().into(),
-        blocks,
+        sample_count,
         threshold,
         arms: arms.iter().map(|a| a.label.clone()).collect(),
         fingerprint,
@@ -107,9 +108,9 @@ pub fn render(r: &SweepRecord) -> String {
     let unit = &r.unit;
     let w = r.arms.iter().map(String::len).max().unwrap_or(0).max(8);
     let mut s = format!(
-        "sweep: {} blocks per level; cost in {unit} per connection (median); ratio to {} at the same level\n\n\
+        "sweep: {} samples per level; cost in {unit} per connection (median); ratio to {} at the same level\n\n\
          {:>6}  {:<w$}  {:>5} {:>10} {:>10} {:>9} {:>8} {:>8}  {:<9}  {:>6} {:<16}\n",
-        r.blocks,
+        r.sample_count,
         r.arms.first().map_or("-", String::as_str),
         "conns",
         "arm",

@@ -124,24 +124,24 @@ impl Loop<'_> {
                     Look::Gate(refusal) => return Ok(Some(refusal)),
                     Look::Sized(c, m, r) => (c, m, r),
                 };
-            let blocks_needed = check.blocks_needed;
+            let samples_needed = check.samples_needed;
             let recorded = AaCheck {
                 remeasured: earlier.as_ref().map(|(c, _)| Box::new(c.clone())),
                 ..check.clone()
             };
             self.run.aa = Some(recorded);
-            let blocks = self.config().compare.blocks;
-            match next(look, blocks_needed, blocks, refusal) {
+            let sample_count = self.config().compare.samples;
+            match next(look, samples_needed, sample_count, refusal) {
                 Next::Run => {
-                    if blocks_needed > blocks {
+                    if samples_needed > sample_count {
                         say(
                             &self.bar,
                             format!(
-                                "raising samples per measurement from {blocks} to {blocks_needed}"
+                                "raising samples per measurement from {sample_count} to {samples_needed}"
                             ),
                         );
                     }
-                    self.run.blocks = blocks_needed;
+                    self.run.sample_count = samples_needed;
                     return Ok(None);
                 }
                 Next::Refuse(r) => {
@@ -163,7 +163,7 @@ impl Loop<'_> {
     /// it asks for (bounded from its ratios with `earlier` ones), and the
     /// refusal it would give.
     fn aa_look(&mut self, earlier: &[f64]) -> Result<Look> {
-        let blocks = self.config().compare.blocks;
+        let sample_count = self.config().compare.samples;
         let threshold = self.config().compare.threshold;
         let mut samples = Samples::new(3);
         let twin = Arm {
@@ -198,7 +198,7 @@ impl Loop<'_> {
         }
         self.measure(
             &arms,
-            blocks,
+            sample_count,
             &mut samples,
             "A/A check of the champion",
             &settings,
@@ -227,14 +227,14 @@ impl Loop<'_> {
         let aa = samples.compare(CANDIDATE, CHAMPION, threshold);
         let cv = aa.ratio_cv.unwrap_or(0.0);
         let (bound, sized, pooled_bound) = size(&aa.block_ratios, earlier, threshold);
-        let needed = sized.max(blocks);
+        let needed = sized.max(sample_count);
         let champ = samples.arm_summary(CHAMPION, "champion");
         let control = samples.arm_summary(CONTROL, "control");
         let check = AaCheck {
             block_ratios: aa.block_ratios.clone(),
             cv,
             ci95: aa.ratio_ci95.unwrap_or([1.0, 1.0]),
-            blocks_needed: needed,
+            samples_needed: needed,
             spread_upper_bound: Some(bound),
             remeasured: None,
         };
@@ -242,7 +242,7 @@ impl Loop<'_> {
         self.run.control_start_cost = Some(control.cost_per_connection.median);
         self.champion.cost_per_connection = Some(champ.cost_per_connection.median);
         self.champion.vs_control = samples.compare(CHAMPION, CONTROL, threshold).ratio_median;
-        let max_blocks = self.config().run.max_blocks;
+        let max_samples = self.config().run.max_samples;
         let schedule = samples.schedule.unwrap_or(settings.schedule).name();
         let with_earlier = if earlier.is_empty() {
             String::new()
@@ -269,10 +269,10 @@ impl Loop<'_> {
             threshold * 100.0
         );
         say(&self.bar, &message);
-        let refusal = (needed > max_blocks).then(|| {
+        let refusal = (needed > max_samples).then(|| {
             format!(
-                "{message}, more than run.max_blocks = {max_blocks}. This machine cannot resolve the threshold: \
-                 raise run.max_blocks, lengthen the windows, or raise compare.threshold. Not running a lottery."
+                "{message}, more than run.max_samples = {max_samples}. This machine cannot resolve the threshold: \
+                 raise run.max_samples, lengthen the windows, or raise compare.threshold. Not running a lottery."
             )
         });
         Ok(Look::Sized(check, message, refusal))
@@ -293,13 +293,13 @@ enum Next {
 /// `compare.blocks` = `blocks` and would give `refusal`: a look that asks
 /// for no more than `blocks` runs, the last look decides, and any other
 /// look is taken again, to refuse only after two or to size from both.
-fn next(look: usize, needed: usize, blocks: usize, refusal: Option<String>) -> Next {
+fn next(look: usize, needed: usize, sample_count: usize, refusal: Option<String>) -> Next {
     match refusal {
         Some(r) if look >= LOOKS => Next::Refuse(r),
         Some(_) => Next::LookAgain(
             "the A/A spread is too wide for the threshold: measuring it once more before refusing".into(),
         ),
-        None if look >= LOOKS || needed <= blocks => Next::Run,
+        None if look >= LOOKS || needed <= sample_count => Next::Run,
         None => Next::LookAgain(format!(
             "measuring the A/A once more, to size every measurement from both looks rather than {needed} samples from one"
         )),

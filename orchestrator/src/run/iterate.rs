@@ -138,8 +138,8 @@ fn kept_message(record: &AttemptRecord, agent: &str, evidence: &trailers::Eviden
     let cmp = record.vs_champion.as_ref();
     let ratios = cmp.map_or(&[][..], |c| &c.block_ratios[..]);
     format!(
-        "{}\n\nAgent: {}{}\nCategory: {}\nMeasured side by side with the champion and the control in {} blocks;\n\
-         per-block cost ratios candidate/champion: [{}].\n\n{}",
+        "{}\n\nAgent: {}{}\nCategory: {}\nMeasured side by side with the champion and the control in {} samples;\n\
+         per-sample cost ratios candidate/champion: [{}].\n\n{}",
         record.hypothesis,
         agent,
         record
@@ -460,15 +460,15 @@ mod tests {
         let m = kept_message(&r, "offline", &evidence);
         let expected =
             "batch writes\n\nAgent: offline (playbook entry writev)\nCategory: syscalls\n\
-                        Measured side by side with the champion and the control in 2 blocks;\n\
-                        per-block cost ratios candidate/champion: [0.950, 0.961].\n\n";
+                        Measured side by side with the champion and the control in 2 samples;\n\
+                        per-sample cost ratios candidate/champion: [0.950, 0.961].\n\n";
         assert_eq!(m, format!("{expected}{}", evidence.render()));
         r.playbook_id = None;
         r.vs_champion = None;
         let m = kept_message(&r, "offline", &evidence);
         assert!(m.starts_with("batch writes\n\nAgent: offline\n"), "{m}");
         assert!(
-            m.contains("in 0 blocks;\nper-block cost ratios candidate/champion: []."),
+            m.contains("in 0 samples;\nper-sample cost ratios candidate/champion: []."),
             "{m}"
         );
     }

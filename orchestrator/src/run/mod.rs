@@ -156,7 +156,7 @@ impl Loop<'_> {
     fn measure(
         &self,
         arms: &[Arm],
-        blocks: usize,
+        sample_count: usize,
         samples: &mut Samples,
         label: &str,
         settings: &TrialSettings,
@@ -164,11 +164,11 @@ impl Loop<'_> {
         let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
         let standing = self.standing();
-        samples.measure(arms, blocks, seed, &self.session.plan, settings, &mut |s| {
+        samples.measure(arms, sample_count, seed, &self.session.plan, settings, &mut |s| {
             bar.set_message(format!(
                 "{label}: block {}/{} {} | candidate/champion so far {} | {standing}",
                 s.block,
-                s.blocks,
+                s.sample_count,
                 s.arm,
                 fmt_ratio(ratio_so_far(s.so_far))
             ));
@@ -218,8 +218,8 @@ impl Loop<'_> {
         ];
         let mut samples = Samples::new(3);
         let settings = self.settings();
-        let blocks = self.run.blocks;
-        self.measure(&arms, blocks, &mut samples, "standing", &settings)?;
+        let sample_count = self.run.sample_count;
+        self.measure(&arms, sample_count, &mut samples, "standing", &settings)?;
         let t = self.config().compare.threshold;
         self.run.standing = Some(Standing {
             champion: self.champion.commit.clone(),

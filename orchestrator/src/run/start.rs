@@ -136,7 +136,7 @@ pub(super) fn create(
         status: RunStatus::Running,
         stop_reason: None,
         aa: None,
-        blocks: cfg.compare.blocks,
+        sample_count: cfg.compare.samples,
         baseline_cost: None,
         control_start_cost: None,
         standing: None,

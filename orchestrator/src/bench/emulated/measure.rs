@@ -128,12 +128,12 @@ pub fn measure(
         verify(arm)?;
     }
     samples.schedule = Some(Schedule::Blocks);
-    let first = samples.blocks();
+    let first = samples.count();
     let measurement = MEASUREMENTS.fetch_add(1, Ordering::SeqCst);
     let shares = shares(n, guests(e, n));
     on_step(Step {
         block: first + 1,
-        blocks: first + n,
+        sample_count: first + n,
         arm: &format!("every arm, in {} emulated guests", shares.len()),
         done: 0,
         so_far: samples,

@@ -175,7 +175,7 @@ impl Stages for ReplayStages<'_, '_> {
 
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
         let r = self.replayer;
-        let (settings, n) = judge::phase_settings(phase, self.settings, r.blocks());
+        let (settings, n) = judge::phase_settings(phase, self.settings, r.sample_count());
         progress::measure(
             r.session,
             &settings,

@@ -86,7 +86,8 @@ pub struct ReplayRecord {
     pub run_id: String,
     pub replayed_at: String,
     pub threshold: f64,
-    pub blocks: usize,
+    #[serde(alias = "blocks")]
+    pub sample_count: usize,
     pub unit: String,
     pub recorded_fingerprint: Fingerprint,
     pub fingerprint: Fingerprint,
@@ -131,8 +132,8 @@ impl Replayer<'_> {
         self.session.config().compare.threshold
     }
 
-    fn blocks(&self) -> usize {
-        self.session.config().compare.blocks
+    fn sample_count(&self) -> usize {
+        self.session.config().compare.samples
     }
 
     /// `only` narrows `decisions` to those attempts; it is checked against
@@ -185,7 +186,7 @@ impl Replayer<'_> {
             self.session,
             &settings,
             &arms,
-            self.blocks(),
+            self.sample_count(),
             self.seed,
             &mut samples,
             "replaying the lineage: ",
@@ -226,7 +227,7 @@ impl Replayer<'_> {
             run_id: self.run.run.run_id.clone(),
             replayed_at: crate::clock::now_utc(),
             threshold,
-            blocks: self.blocks(),
+            sample_count: self.sample_count(),
             unit: self.session.plan.event.unit().into(),
             fingerprint_differences: differences(&self.run.run.fingerprint, &fingerprint),
             recorded_fingerprint: self.run.run.fingerprint.clone(),
@@ -247,11 +248,11 @@ impl Replayer<'_> {
 
 pub fn render(r: &ReplayRecord) -> String {
     let mut s = format!(
-        "replay of run {} on this machine: meter {} ({}); {} blocks; threshold {:.1}%\n",
+        "replay of run {} on this machine: meter {} ({}); {} samples; threshold {:.1}%\n",
         r.run_id,
         r.fingerprint.meter_event,
         r.unit,
-        r.blocks,
+        r.sample_count,
         r.threshold * 100.0
     );
     if r.fingerprint_differences.is_empty() {
