@@ -1,5 +1,5 @@
-//! Review and replay (`log`, `replay`, `report`, `ablate`, `sweep`) on a small
-//! run the tests record themselves: real servers, real load generator, real
+//! Review and replay (`log`, `replay`, `report`, `ablate`) on a small run
+//! the tests record themselves: real servers, real load generator, real
 //! git. The planted run keeps two changes, of which the first is made useless
 //! by the second:
 //!
@@ -7,13 +7,18 @@
 //! 2. remove the busy-wait call altogether                  (keep; 1 no longer matters)
 //! 3. busy-wait before every recv                           (discard)
 //! 4. a change that does not compile                        (build_failed)
+//!
+//! These tests belong together because they read the same recorded run,
+//! which takes minutes to record and is recorded once per test binary: a
+//! test that does not need it lives elsewhere (`sweep` in tests/sweep.rs).
 
 mod common;
 
+use common::browser::{headless, pixels_of};
+use common::cli::{f, json_of, ratchet_in, show};
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -91,38 +96,6 @@ fn recorded() -> (&'static Recorded, Release) {
         Recorded { root, id }
     });
     (r, Release)
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn ratchet_in(root: &Path, args: &[&str]) -> Output {
-    Command::new(ratchet())
-        .arg("--config")
-        .arg(root.join("harness.toml"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn json_of(root: &Path, args: &[&str]) -> Value {
-    let out = ratchet_in(root, args);
-    assert!(
-        out.status.success(),
-        "ratchet {args:?} failed: {}",
-        show(&out)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("ratchet {args:?} printed no JSON ({e}): {}", show(&out)))
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 #[test]
@@ -350,48 +323,6 @@ fn replay_decisions_finds_a_planted_disagreement() {
     assert_eq!(stored(&replays).len(), 2);
 }
 
-/// Pixels of `rgb` (within 2 per channel) in a decoded RGBA or RGB image.
-fn pixels_of(data: &[u8], channels: usize, rgb: [u8; 3]) -> usize {
-    data.chunks(channels)
-        .filter(|p| (0..3).all(|i| p[i].abs_diff(rgb[i]) <= 2))
-        .count()
-}
-
-fn chromium() -> String {
-    for name in ["chromium", "chromium-browser", "google-chrome"] {
-        if Command::new(name)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return name.into();
-        }
-    }
-    panic!("no headless Chromium to check the report with: run scripts/setup.sh --with-chromium (Debian package chromium)");
-}
-
-fn headless(args: &[&str], page: &Path) -> Output {
-    Command::new("timeout")
-        .arg("120")
-        .arg(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            std::env::temp_dir()
-                .join(format!("ratchet-chromium-{}", std::process::id()))
-                .display()
-        ))
-        .args(args)
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn the_report_is_self_contained_and_every_chart_is_drawn() {
     let _g = exclusive();
@@ -525,72 +456,4 @@ fn ablate_reports_the_planted_useless_change_as_contributing_nothing() {
         .as_str()
         .unwrap()
         .starts_with("overlap"));
-}
-
-#[test]
-fn sweep_measures_every_arm_at_every_level_and_draws_the_curves() {
-    let _g = exclusive();
-    let repo = fixture_repo("", &[]);
-    let root = repo.path();
-    let s = json_of(
-        root,
-        &[
-            "sweep",
-            "treatment",
-            "control",
-            "--connections",
-            "8,32",
-            "--blocks",
-            "6",
-            "--window-ms",
-            "400",
-            "--warmup-ms",
-            "150",
-            "--json",
-        ],
-    );
-    let levels = s["levels"].as_array().unwrap();
-    assert_eq!(
-        levels
-            .iter()
-            .map(|l| l["connections"].as_u64().unwrap())
-            .collect::<Vec<_>>(),
-        [8, 32]
-    );
-    for l in levels {
-        let arms = l["arms"].as_array().unwrap();
-        assert_eq!(arms.len(), 2);
-        for a in arms {
-            assert_eq!(a["gate"]["passed"], true, "{a}");
-            assert!(f(&a["cost_per_connection"]["median"]) > 0.0);
-            assert!(f(&a["throughput_cps"]) > 0.0);
-            assert!(f(&a["latency_us"]["p99"]) > 0.0);
-        }
-        for limit in l["limits"].as_array().unwrap() {
-            assert!(["generator", "server", "neither"].contains(&limit.as_str().unwrap()));
-        }
-        assert!(l["comparisons"][0]["ratio_median"].is_number());
-    }
-    let sweeps: Vec<PathBuf> = std::fs::read_dir(root.join("results/sweeps"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    let svg = sweeps
-        .iter()
-        .find(|p| p.extension().is_some_and(|e| e == "svg"))
-        .expect("a chart is written");
-    let text = std::fs::read_to_string(svg).unwrap();
-    assert_eq!(
-        text.matches("<svg class=\"chart\"").count(),
-        3,
-        "cost, throughput, p99"
-    );
-    // A bad level is named before anything runs.
-    let out = ratchet_in(root, &["sweep", "treatment", "--connections", "8,0"]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("load.connections"),
-        "{}",
-        show(&out)
-    );
 }

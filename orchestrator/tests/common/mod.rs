@@ -4,6 +4,11 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
+pub mod cli;
+pub mod referee;
+pub mod run_loop;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -20,7 +25,9 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Serialises the tests of one test binary that measure.
+/// Serialises the tests of one test binary that measure. A lock per binary
+/// is enough because `cargo test` runs one test binary at a time, so tests
+/// in different files never measure at once either.
 pub fn exclusive() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())

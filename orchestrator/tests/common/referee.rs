@@ -1,0 +1,63 @@
+//! What the referee_* test files share: reading an arm's gate out of a
+//! `compare --json` report, the duet of a broken fixture mode beside the
+//! honest one, and a compare at the repository's own defaults.
+
+use super::{compare_json, faulty_arm, ratchet, repo_root, temp_workspace};
+use serde_json::Value;
+
+/// Arm `i` of a `compare --json` report.
+pub fn arm(report: &Value, i: usize) -> &Value {
+    &report["arms"][i]
+}
+
+/// The reasons arm `i` failed its gate, by name.
+pub fn reasons(report: &Value, i: usize) -> Vec<String> {
+    arm(report, i)["gate"]["reasons"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// Compares a fixture mode against the honest fixture in one duet: the two
+/// share every window, and the broken one must fail its own gate without
+/// taking the honest one down with it.
+pub fn judge_mode(mode: &str) -> Value {
+    let ws = temp_workspace("");
+    let ok = faulty_arm("ok");
+    let bad = faulty_arm(mode);
+    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&ok, &bad], 6, &[]);
+    assert_eq!(report["schedule"], "duet", "{report}");
+    assert_eq!(
+        arm(&report, 0)["gate"]["passed"],
+        true,
+        "the honest server sharing the windows with {mode} failed: {}",
+        arm(&report, 0)["gate"]
+    );
+    assert_eq!(
+        arm(&report, 0)["gate"]["passed"],
+        true,
+        "the honest fixture failed: {report}"
+    );
+    report
+}
+
+/// `ratchet compare ARGS --json` on the repository's own harness.toml: the
+/// defaults a user gets, not the tests' quick settings.
+pub fn compare_at_defaults(args: &[&str]) -> Value {
+    let out = std::process::Command::new(ratchet())
+        .arg("--config")
+        .arg(repo_root().join("harness.toml"))
+        .arg("compare")
+        .args(args)
+        .args(["--json", "--meter", "task-clock"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
