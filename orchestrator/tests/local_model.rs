@@ -133,11 +133,15 @@ fn repo_for(
             kb.join("seed.md"),
         )
         .unwrap();
-        let dir = kb.join("lessons");
-        std::fs::create_dir_all(&dir).unwrap();
-        for f in std::fs::read_dir(repo_root().join("knowledge-base/lessons")).unwrap() {
-            let f = f.unwrap().path();
-            std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+        // The project's recorded lessons, each in its run's directory.
+        for run in std::fs::read_dir(repo_root().join("results")).unwrap() {
+            let from = run.unwrap().path();
+            if !from.join("lessons.jsonl").is_file() {
+                continue;
+            }
+            let to = root.join("results").join(from.file_name().unwrap());
+            std::fs::create_dir_all(&to).unwrap();
+            std::fs::copy(from.join("lessons.jsonl"), to.join("lessons.jsonl")).unwrap();
         }
     }
     repo
@@ -391,7 +395,7 @@ fn a_server_stopped_mid_run_gives_agent_errors_and_the_run_resumes() {
         .unwrap()
         .is_empty());
     // An agent that gave nothing teaches nothing about the server.
-    let lessons = root.join(format!("knowledge-base/lessons/{id}.jsonl"));
+    let lessons = run_dir.join("lessons.jsonl");
     let taught: Vec<u64> = std::fs::read_to_string(lessons)
         .unwrap_or_default()
         .lines()

@@ -103,8 +103,9 @@ fn the_playbook_loop_keeps_discards_and_records_every_verdict() {
         champion["commit"].as_str().unwrap(),
         git(root, &["rev-parse", &branch])
     );
-    // The knowledge base learned from every verdict.
-    let lessons = std::fs::read_to_string(root.join("lessons.md")).unwrap();
+    // The knowledge base learned from every verdict, in the run's own
+    // directory: the run changed nothing else in the user's tree.
+    let lessons = std::fs::read_to_string(run_dir.join("lessons.md")).unwrap();
     for h in [
         "Remove the busy-wait",
         "Busy-wait before every recv",
@@ -112,7 +113,7 @@ fn the_playbook_loop_keeps_discards_and_records_every_verdict() {
         "Reword a comment",
         "longer body",
     ] {
-        assert!(lessons.contains(h), "lessons.md lacks {h}");
+        assert!(lessons.contains(h), "the lessons digest lacks {h}");
     }
 }
 

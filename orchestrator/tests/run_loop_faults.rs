@@ -320,8 +320,7 @@ fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
     );
     let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
     assert_clean(&worktree);
-    let lessons =
-        std::fs::read_to_string(root.join(format!("knowledge-base/lessons/{id}.jsonl"))).unwrap();
+    let lessons = std::fs::read_to_string(run_dir.join("lessons.jsonl")).unwrap();
     assert_eq!(
         lessons.lines().count(),
         5,

@@ -266,7 +266,7 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
     );
     // Each champion is profiled as it is measured: rationed.
     let mut profiled = 0;
-    for file in std::fs::read_dir(root.join("knowledge-base/profiles")).unwrap() {
+    for file in std::fs::read_dir(run_dir.join("profiles")).unwrap() {
         let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
         let profile: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert!(

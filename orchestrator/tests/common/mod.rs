@@ -39,17 +39,17 @@ pub fn faulty_server() -> PathBuf {
     BIN.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("ratchet-fixture-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("faulty_server");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/faulty_server.c");
-        let status = Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
-            .arg(&out)
-            .arg(src)
-            .arg("-luring")
+        // Its Makefile is the one statement of how fixtures are built.
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let status = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(&fixtures)
+            .arg(format!("OUT={}", dir.display()))
             .status()
             .unwrap();
         assert!(status.success(), "fixture server failed to compile");
-        out
+        dir.join("faulty_server")
     })
     .clone()
 }
