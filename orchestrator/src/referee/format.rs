@@ -88,8 +88,9 @@ fn cgroup_cross_check(r: &CompareReport) -> String {
     )
 }
 
+/// The table `compare` and `check` print: how it was measured, one row per
+/// arm, each arm's ratio to the baseline, and what the costs leave out.
 pub fn compare_table(r: &CompareReport) -> String {
-    let unit = &r.meter.unit;
     let w = r
         .arms
         .iter()
@@ -97,6 +98,23 @@ pub fn compare_table(r: &CompareReport) -> String {
         .max()
         .unwrap_or(0)
         .max(12);
+    let mut out = how_measured(r);
+    out += &column_header(&r.meter.unit, w);
+    for a in &r.arms {
+        out += &arm_row(a, w);
+        out += &arm_notes(a, r.blocks, w);
+    }
+    out += &ratios(r, w);
+    out += &unaccounted_share(r);
+    out += &cgroup_cross_check(r);
+    out += &generator_limit(r);
+    out
+}
+
+/// The meter, schedule and threshold, the environment's warnings and the
+/// regime: what a reader needs before any number.
+fn how_measured(r: &CompareReport) -> String {
+    let unit = &r.meter.unit;
     let mut out = format!(
         "meter: {} (cost per connection in {unit}); schedule {}, {} {}; threshold {:.1}%\n\n",
         r.environment.meter_reason,
@@ -119,8 +137,11 @@ pub fn compare_table(r: &CompareReport) -> String {
     if let Some(w) = &r.regime.warning {
         out += &format!("warning: regime: {w}\n");
     }
-    out += "\n";
-    out += &format!(
+    out + "\n"
+}
+
+fn column_header(unit: &str, w: usize) -> String {
+    format!(
         "{:<w$} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>8} {:>7}\n",
         "arm",
         "gate",
@@ -135,48 +156,62 @@ pub fn compare_table(r: &CompareReport) -> String {
         "sut busy",
         "gen busy",
         "allot"
-    );
-    for a in &r.arms {
+    )
+}
+
+fn arm_row(a: &ArmSummary, w: usize) -> String {
+    format!(
+        "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7} {:>7.0}% {:>7.0}% {:>7}\n",
+        a.arm,
+        if a.gate.passed { "pass" } else { "FAIL" },
+        a.cost_per_connection.median,
+        a.score,
+        a.throughput_cps,
+        a.latency_us.p50,
+        a.latency_us.p99,
+        a.latency_us.p999,
+        opt(a.syscalls_per_connection, 2),
+        opt(a.context_switches_per_connection, 3),
+        a.sut_busy * 100.0,
+        a.generator_busy * 100.0,
+        a.allotment_used
+            .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+    )
+}
+
+/// Under an arm's row: the samples it left unscored for running out of
+/// work, and its gate's counts and first reasons wherever it failed or
+/// saw failures it tolerated.
+fn arm_notes(a: &ArmSummary, samples: usize, w: usize) -> String {
+    let mut out = String::new();
+    if a.unsaturated_samples > 0 {
         out += &format!(
-            "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7} {:>7.0}% {:>7.0}% {:>7}\n",
-            a.arm,
-            if a.gate.passed { "pass" } else { "FAIL" },
-            a.cost_per_connection.median,
-            a.score,
-            a.throughput_cps,
-            a.latency_us.p50,
-            a.latency_us.p99,
-            a.latency_us.p999,
-            opt(a.syscalls_per_connection, 2),
-            opt(a.context_switches_per_connection, 3),
-            a.sut_busy * 100.0,
-            a.generator_busy * 100.0,
-            a.allotment_used
-                .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+            "{:<w$} ran out of work in {} of {} samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored\n",
+            "",
+            a.unsaturated_samples,
+            samples,
         );
-        if a.unsaturated_samples > 0 {
-            out += &format!(
-                "{:<w$} ran out of work in {} of {} samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored\n",
-                "",
-                a.unsaturated_samples,
-                r.blocks,
-            );
-        }
-        if !a.gate.passed || !a.gate.reasons.is_empty() {
-            out += &format!(
-                "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
-                "",
-                a.gate.attempts,
-                a.gate.completed,
-                a.gate.failures,
-                a.gate.failure_rate,
-                a.gate.reasons
-            );
-            for d in a.gate.detail.iter().take(3) {
-                out += &format!("{:<w$} {}\n", "", d.lines().next().unwrap_or(""));
-            }
+    }
+    if !a.gate.passed || !a.gate.reasons.is_empty() {
+        out += &format!(
+            "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
+            "",
+            a.gate.attempts,
+            a.gate.completed,
+            a.gate.failures,
+            a.gate.failure_rate,
+            a.gate.reasons
+        );
+        for d in a.gate.detail.iter().take(3) {
+            out += &format!("{:<w$} {}\n", "", d.lines().next().unwrap_or(""));
         }
     }
+    out
+}
+
+/// Every arm's ratio to the first, with the drift its intervals carry.
+fn ratios(r: &CompareReport, w: usize) -> String {
+    let mut out = String::new();
     if let Some(base) = r.arms.first() {
         out += &format!(
             "\nagainst {} (ratio = cost / baseline cost; < 1 is cheaper):\n",
@@ -191,53 +226,68 @@ pub fn compare_table(r: &CompareReport) -> String {
         );
     }
     for c in &r.comparisons {
-        let arm = &r.arms[c.arm].arm;
-        let ci = fmt_ci(c.ratio_ci95);
-        let change = match (c.verdict, c.ratio_median) {
-            (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) if m < 1.0 => {
-                format!("{:.1}% cheaper", (1.0 - m) * 100.0)
-            }
-            (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) => {
-                format!("{:.1}% costlier", (m - 1.0) * 100.0)
-            }
-            _ => "gate failed".into(),
-        };
         out += &format!(
-            "  {:<w$} ratio {} CI95 {}  cv {}  => {} ({change})\n",
-            arm,
+            "  {:<w$} ratio {} CI95 {}  cv {}  => {} ({})\n",
+            r.arms[c.arm].arm,
             fmt_ratio(c.ratio_median),
-            ci,
+            fmt_ci(c.ratio_ci95),
             opt(c.ratio_cv, 3),
-            c.verdict.name()
+            c.verdict.name(),
+            change(c)
         );
     }
+    out
+}
+
+/// How much cheaper or costlier an arm was, where it could be judged.
+fn change(c: &Comparison) -> String {
+    match (c.verdict, c.ratio_median) {
+        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) if m < 1.0 => {
+            format!("{:.1}% cheaper", (1.0 - m) * 100.0)
+        }
+        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) => {
+            format!("{:.1}% costlier", (m - 1.0) * 100.0)
+        }
+        _ => "gate failed".into(),
+    }
+}
+
+/// The share of the SUT core's busy time no arm's counters saw: what every
+/// cost per connection leaves out.
+fn unaccounted_share(r: &CompareReport) -> String {
     let mut unaccounted: Vec<f64> = r
         .trials
         .iter()
         .flatten()
         .filter_map(|t| t.sut_unaccounted)
         .collect();
-    if !unaccounted.is_empty() {
-        unaccounted.sort_by(f64::total_cmp);
-        out += &format!(
-            "\nSUT core: {:.1}% of its busy time (median over samples, range {:.1}-{:.1}%) ran in no arm: kernel threads, interrupts, other processes\n",
-            100.0 * unaccounted[unaccounted.len() / 2],
-            100.0 * unaccounted[0],
-            100.0 * unaccounted[unaccounted.len() - 1]
-        );
+    if unaccounted.is_empty() {
+        return String::new();
     }
-    out += &cgroup_cross_check(r);
+    unaccounted.sort_by(f64::total_cmp);
+    format!(
+        "\nSUT core: {:.1}% of its busy time (median over samples, range {:.1}-{:.1}%) ran in no arm: kernel threads, interrupts, other processes\n",
+        100.0 * unaccounted[unaccounted.len() / 2],
+        100.0 * unaccounted[0],
+        100.0 * unaccounted[unaccounted.len() - 1]
+    )
+}
+
+/// Where the generator, not the servers, set the pace: throughput then
+/// says nothing of the servers.
+fn generator_limit(r: &CompareReport) -> String {
     let busy = r.arms.iter().map(|a| a.generator_busy).fold(0.0, f64::max);
     let sut = r.arms.iter().map(|a| a.sut_busy).fold(0.0, f64::max);
     if busy > 0.9 && sut < 0.9 {
-        out += &format!(
+        format!(
             "\nnote: the load generator used {:.0}% of its cores while the SUT core was at most {:.0}% busy: \
              the generator, not the server, is the limit; costs per connection remain comparable, throughput does not.\n",
             busy * 100.0,
             sut * 100.0
-        );
+        )
+    } else {
+        String::new()
     }
-    out
 }
 
 #[cfg(test)]
