@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use crate::bench::arm::Arm;
 use crate::bench::ballast::Ballast;
 use crate::bench::cgroup::{containment, RationGroup};
-use crate::bench::contract::Failure;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::{LoadGen, EVERY_TARGET};
@@ -154,17 +153,7 @@ fn probe_once(
     let totals = load.finish();
     for (i, server) in servers.iter_mut().enumerate() {
         let Some(server) = server else { continue };
-        let t = &totals[i];
-        let mut failures = t.snapshot.failures;
-        failures[Failure::Timeout.index()] += t.stuck_clients as u64;
-        let evidence = GateEvidence {
-            attempts: t.snapshot.attempts,
-            completed: t.snapshot.completed,
-            failures,
-            window_completed: t.snapshot.completed,
-            alive: alive[i] && server.alive(),
-            ..Default::default()
-        };
+        let evidence = GateEvidence::from_totals(&totals[i], alive[i] && server.alive());
         verdicts[i] = Some(gate::judge(&evidence, &rules));
         server.stop(s.stop_grace)?;
     }

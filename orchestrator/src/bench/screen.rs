@@ -119,18 +119,8 @@ fn screen_one(arm: &Arm, plan: &MeterPlan, s: &TrialSettings) -> Result<GateResu
         }
     }
     let totals = load.finish();
-    let t = &totals[0];
-    let mut failures = t.snapshot.failures;
-    failures[crate::bench::contract::Failure::Timeout.index()] += t.stuck_clients as u64;
-    let evidence = GateEvidence {
-        attempts: t.snapshot.attempts,
-        completed: t.snapshot.completed,
-        failures,
-        window_completed: t.snapshot.completed,
-        alive: alive && server.alive(),
-        held_connections: server.held_connections(CLOSE_WAIT),
-        ..Default::default()
-    };
+    let mut evidence = GateEvidence::from_totals(&totals[0], alive && server.alive());
+    evidence.held_connections = server.held_connections(CLOSE_WAIT);
     server.stop(s.stop_grace)?;
     Ok(gate::judge(&evidence, &rules))
 }
