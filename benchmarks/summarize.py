@@ -8,6 +8,7 @@ candidate is kept when the median of its sample ratios is at most
 the threshold line is extended once with as many samples again.
 """
 import glob
+import records
 import json
 import math
 import os
@@ -62,7 +63,7 @@ def cv(xs):
 
 
 def load(folder, pattern):
-    return [(os.path.basename(p), json.load(open(p)))
+    return [(os.path.basename(p), records.load(p))
             for p in sorted(glob.glob(os.path.join(folder, pattern)))]
 
 
@@ -71,7 +72,7 @@ def aa(folder):
     if not runs:
         return
     print(f"A/A, vanilla treatment against itself, {len(runs)} runs of "
-          f"{runs[0][1]['blocks']} windows ({runs[0][1]['schedule']}):")
+          f"{runs[0][1]['sample_count']} windows ({runs[0][1]['schedule']}):")
     pooled, firsts = [], []
     for name, d in runs:
         r = ratios(d, 1)
@@ -79,7 +80,7 @@ def aa(folder):
         pooled += r
         firsts.append(r)
         print(f"  {name}: cv {cv(r) * 100:.2f}%  median {c['ratio_median']:.4f} "
-              f"[{c['ratio_ci95'][0]:.4f}, {c['ratio_ci95'][1]:.4f}]  {c['verdict']}")
+              f"[{c['ratio_interval'][0]:.4f}, {c['ratio_interval'][1]:.4f}]  {c['verdict']}")
     cvs = [cv(r) for r in firsts]
     print(f"  cv of window ratios: median {st.median(cvs) * 100:.2f}%, "
           f"range {min(cvs) * 100:.2f}% to {max(cvs) * 100:.2f}%; "
@@ -141,14 +142,14 @@ def planted(folder):
         for key, c in zip(["cheaper", "costlier"], cs):
             tally[key].append(c["verdict"])
             cells.append(f"{key} {c['ratio_median']:.4f} "
-                         f"[{c['ratio_ci95'][0]:.4f}, {c['ratio_ci95'][1]:.4f}] {c['verdict']}")
+                         f"[{c['ratio_interval'][0]:.4f}, {c['ratio_interval'][1]:.4f}] {c['verdict']}")
         print(f"  {name}: " + "; ".join(cells))
     print(f"  4% cheaper: {tally['cheaper'].count('better')} of {len(runs)} better; "
           f"4% costlier: {tally['costlier'].count('worse')} of {len(runs)} worse")
     for name, d in load(folder, "planted2-*.json"):
         c = d["comparisons"][0]
         print(f"  2% costlier, {name}: {c['ratio_median']:.4f} "
-              f"[{c['ratio_ci95'][0]:.4f}, {c['ratio_ci95'][1]:.4f}] {c['verdict']}")
+              f"[{c['ratio_interval'][0]:.4f}, {c['ratio_interval'][1]:.4f}] {c['verdict']}")
 
 
 def agreement(folder):
@@ -157,11 +158,11 @@ def agreement(folder):
         return
     print("\nagreement, duet against sequential blocks (ratio of the later arm to the earlier):")
     for name, d in duets:
-        b = json.load(open(os.path.join(folder, name.replace("-duet", "-blocks"))))
+        b = records.load(os.path.join(folder, name.replace("-duet", "-blocks")))
         for i, c in enumerate(d["comparisons"]):
             cb = b["comparisons"][i]
             label = d["arms"][c["arm"]]["arm"]
-            (dl, dh), (bl, bh) = c["ratio_ci95"], cb["ratio_ci95"]
+            (dl, dh), (bl, bh) = c["ratio_interval"], cb["ratio_interval"]
             agree = dl <= bh and bl <= dh
             print(f"  {name.replace('-duet.json', '')} {label[:24]:<24} duet {c['ratio_median']:.3f} "
                   f"[{dl:.3f}, {dh:.3f}] cv {c['ratio_cv'] * 100:.1f}%  blocks "
@@ -183,7 +184,7 @@ def regime(folder):
             if c["ratio_median"] is None:
                 cells.append(f"{label} invalid")
                 continue
-            lo, hi = c["ratio_ci95"] or (float("nan"), float("nan"))
+            lo, hi = c["ratio_interval"] or (float("nan"), float("nan"))
             spread = f"cv {c['ratio_cv'] * 100:.1f}%" if c["ratio_cv"] is not None else "no cv"
             cells.append(f"{label} {c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] {spread}")
         cs = switches(arms)
@@ -227,7 +228,7 @@ def schedules(folder):
           "ratios to vanilla:")
     gaps = {"peer": [], "control": []}
     for name, d in duets:
-        b = json.load(open(os.path.join(folder, name.replace("-duet", "-blocks"))))
+        b = records.load(os.path.join(folder, name.replace("-duet", "-blocks")))
         cells = []
         for i, label in list(enumerate(gaps))[:len(d["comparisons"])]:
             x, y = d["comparisons"][i]["ratio_median"], b["comparisons"][i]["ratio_median"]
@@ -296,7 +297,7 @@ def manycore(folder):
         if c["ratio_median"] is None:
             cell = "invalid"
         else:
-            lo, hi = c["ratio_ci95"]
+            lo, hi = c["ratio_interval"]
             cell = f"{c['ratio_median']:.3f} [{lo:.3f}, {hi:.3f}] cv {c['ratio_cv'] * 100:.1f}%"
         cs = switches(arms)
         busy = ", ".join(f"{a['sut_busy']:.2f}" for a in arms)

@@ -236,7 +236,7 @@ mod tests {
         assert_eq!(c.trial.warmup_ms, 1000);
         assert_eq!(c.trial.window_ms, 3000);
         assert_eq!(c.compare.samples, 12);
-        assert_eq!(c.compare.schedule, crate::bench::schedule::Schedule::Duet);
+        assert_eq!(c.compare.schedule, crate::bench::config::Schedule::Duet);
         assert!(c.contract.response.ends_with("\r\n\r\nok"));
     }
 

@@ -23,8 +23,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 
 use crate::agent::edit::Edit;
-use config::AgentsConfig;
 use crate::referee::verdict::AttemptVerdict;
+use config::AgentsConfig;
 
 /// Where an attempt came from: the agent's own idea, the loop's union of
 /// promising attempts, or an earlier idea tried again on a newer champion.
@@ -79,7 +79,8 @@ pub struct AttemptSummary {
     pub verdict: AttemptVerdict,
     pub ratio: Option<f64>,
     /// The interval of `ratio` at `ci_level`.
-    pub ci95: Option<[f64; 2]>,
+    #[serde(alias = "ci95")]
+    pub interval: Option<[f64; 2]>,
     #[serde(default = "default_level")]
     pub ci_level: f64,
     pub playbook_id: Option<String>,
@@ -111,7 +112,7 @@ impl AttemptSummary {
             hypothesis: idea.into(),
             verdict,
             ratio: None,
-            ci95: None,
+            interval: None,
             ci_level: 0.975,
             playbook_id: Some(idea.into()),
             champion: champion.into(),

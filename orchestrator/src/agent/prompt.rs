@@ -82,7 +82,7 @@ fn history(ctx: &ProposalContext) -> Optional {
         .iter()
         .map(|a| {
             let ratio = a.ratio.map_or("-".into(), |r| format!("{r:.3}"));
-            let ci = a.ci95.map_or(String::new(), |[l, h]| {
+            let ci = a.interval.map_or(String::new(), |[l, h]| {
                 format!(" {:.1}% interval [{l:.3}, {h:.3}]", a.ci_level * 100.0)
             });
             let origin = match a.origin {

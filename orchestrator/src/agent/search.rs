@@ -8,9 +8,9 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use super::AttemptSummary;
+use crate::check::range;
 use crate::referee::posterior::{Belief, Observation};
 use crate::referee::stats::Normals;
-use crate::check::range;
 
 /// How the next move is picked from the beliefs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,7 +119,7 @@ pub fn observations(
         .iter()
         .filter(|a| a.idea == idea)
         .filter_map(|a| {
-            let (ratio, ci) = (a.ratio?, a.ci95?);
+            let (ratio, ci) = (a.ratio?, a.interval?);
             a.verdict
                 .is_decided()
                 .then(|| Observation::of(ratio, ci, a.ci_level, distance(lineage, &a.champion)))
@@ -235,10 +235,10 @@ mod tests {
         let lineage = vec!["c0".to_string(), "c1".to_string()];
         let mut a = AttemptSummary::measured(1, "x", "c0", AttemptVerdict::Promising);
         a.ratio = Some(0.98);
-        a.ci95 = Some([0.975, 0.985]);
+        a.interval = Some([0.975, 0.985]);
         let mut other = AttemptSummary::measured(2, "y", "c1", AttemptVerdict::Discard);
         other.ratio = Some(1.3);
-        other.ci95 = Some([1.2, 1.4]);
+        other.interval = Some([1.2, 1.4]);
         let cfg = SearchConfig::default();
         let b = belief(&[a, other], "x", &lineage, 1.0, &cfg);
         assert!((b.ratio() - 0.98).abs() < 0.005, "{b:?}");

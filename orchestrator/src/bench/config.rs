@@ -1,14 +1,14 @@
 //! The bench's sections of `harness.toml`: the contract, the load, one
 //! trial's timing, the gate, the duet and the build. They live in the stage
 //! that reads them, so the bench compiles without knowing the whole file;
-//! `crate::config` composes them and checks their ranges.
+//! `crate::config` composes them. The schedule is here too: it is a setting
+//! (`compare.schedule`) before it is a way of running arms.
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::contract::Contract;
 use crate::bench::ration::SaturationConfig;
-use crate::bench::schedule::Schedule;
 use crate::check::range;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -206,4 +206,25 @@ pub struct TrialSections {
     pub schedule: Schedule,
     pub duet: DuetConfig,
     pub saturation: SaturationConfig,
+}
+
+/// How the arms of a measurement share the SUT core over time.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Schedule {
+    /// Every arm a live server in the same windows, the load moved between
+    /// them in short slices ([`crate::bench::duet`]).
+    #[default]
+    Duet,
+    /// One fresh server at a time: blocks of sequential trials.
+    Blocks,
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Duet => "duet",
+            Schedule::Blocks => "blocks",
+        }
+    }
 }

@@ -26,18 +26,22 @@ use std::time::{Duration, Instant};
 use crate::bench::arm::Arm;
 use crate::bench::ballast::{self, Ballast};
 use crate::bench::cgroup::RationGroup;
-use crate::bench::contract::Failure;
-use crate::bench::gate::{self, GateEvidence};
-use crate::bench::launch::{free_port, RunningServer, CLOSE_WAIT};
+use crate::bench::launch::{RunningServer, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSnapshot, EVERY_TARGET};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::screen::Dropped;
-use crate::bench::trial::{
-    failed_start, own_cpu, unaccounted, Latency, Measurement, TrialSettings,
-};
+use crate::bench::trial::{own_cpu, Measurement, TrialSettings};
 use crate::interrupt;
+
+mod servers;
+mod window;
+
+use servers::{
+    await_listening, live_arms, note_deaths, start_arms, started, takes_clients, unmeasured, Live,
+};
+use window::{window_evidence, window_meter, Mark, Tally, Window};
 
 /// The arm holding the load in each of `slices` slices of window `w`. Rounds
 /// come in pairs: a seeded permutation of the live arms, then the same
@@ -64,22 +68,6 @@ pub fn slice_sequence(
     }
     out.truncate(slices);
     out
-}
-
-/// One arm's server during an epoch.
-struct Live {
-    server: Option<RunningServer>,
-    start_error: Option<String>,
-    alive: bool,
-}
-
-impl Live {
-    fn read(&mut self) -> Result<Option<MeterReading>> {
-        match &mut self.server {
-            Some(s) => Ok(Some(s.read()?)),
-            None => Ok(None),
-        }
-    }
 }
 
 /// Runs `windows` more windows of `arms` into `samples`, in epochs of
@@ -139,7 +127,6 @@ fn run_epoch(
     s: &TrialSettings,
     on_window: &mut dyn FnMut(usize),
 ) -> Result<(Vec<Vec<Measurement>>, Vec<Vec<usize>>)> {
-    let n = arms.len();
     // Declared before the servers, so it is removed after them.
     // One allotment per arm that runs: a dropped arm's would go to the rest.
     let running = dropped.iter().filter(|d| d.is_none()).count();
@@ -148,293 +135,220 @@ fn run_epoch(
         .map(|a| RationGroup::create(a, running))
         .transpose()?;
     let ballast = Ballast::start_if(s.ration.is_some() && s.saturation.ballast, plan.sut_core)?;
-    let ballast_ns = || ballast::used_ns(&ballast);
-    let mut lives: Vec<Live> = (0..n)
-        .map(|_| Live {
-            server: None,
-            start_error: None,
-            alive: true,
-        })
-        .collect();
-    let mut ports = vec![0u16; n];
-    for k in 0..n {
-        let i = (k + epoch) % n;
-        ports[i] = free_port()?;
-        if dropped[i].is_some() {
-            continue;
-        }
-        match RunningServer::start(&arms[i].command, ports[i], plan, group.as_ref()) {
-            Ok(r) => lives[i].server = Some(r),
-            Err(e) => lives[i].start_error = Some(format!("{e:#}")),
-        }
-    }
-    for live in lives.iter_mut() {
-        if let Some(server) = &mut live.server {
-            if let Err(e) = server.wait_listening(s.ready_timeout) {
-                live.start_error = Some(format!("{e:#}"));
-                server.stop(s.stop_grace)?;
-                live.server = None;
-            }
-        }
-    }
-    let live: Vec<usize> = (0..n).filter(|&i| lives[i].server.is_some()).collect();
-    let failed = |i: usize, lives: &[Live]| {
-        if let Some(d) = &dropped[i] {
-            return d.measurement();
-        }
-        failed_start(
-            lives[i]
-                .start_error
-                .clone()
-                .unwrap_or_else(|| "the server did not start".into()),
-            &s.gate,
-        )
-    };
+    let (mut lives, ports) = start_arms(arms, dropped, epoch, plan, group.as_ref())?;
+    await_listening(&mut lives, s)?;
+    let live = live_arms(&started(&lives));
     if live.is_empty() {
-        let trials = (0..n)
-            .map(|i| (0..windows).map(|_| failed(i, &lives)).collect())
+        let trials = (0..arms.len())
+            .map(|i| vec![unmeasured(dropped[i].as_ref(), &lives[i], &s.gate); windows])
             .collect();
         return Ok((trials, vec![vec![]; windows]));
     }
-
-    let load = LoadGen::start(s.load_spec(&ports).for_live(live.len()))?;
-    load.set_live(&lives.iter().map(|l| l.server.is_some()).collect::<Vec<_>>());
-    let slice = s.duet.slice;
-    // Warm-up: every live arm takes the load in turn, nothing is scored.
-    let slices_in =
-        |length: Duration| (length.as_nanos() / slice.as_nanos().max(1)).max(1) as usize;
-    let warm_order = slice_sequence(&live, seed, epoch, usize::MAX, slices_in(s.warmup));
-    drive(
-        s.duet.shared,
-        &load,
-        &warm_order,
-        slice,
-        s.warmup,
-        &mut lives,
-    )?;
-    let quiet = s.connection_timeout + Duration::from_secs(1);
-    load.quiesce(quiet);
-    load.set_measuring(true);
-
-    let mut trials: Vec<Vec<Measurement>> = vec![Vec::with_capacity(windows); n];
-    let mut evidence: Vec<GateEvidence> = vec![GateEvidence::default(); n];
-    let mut orders = Vec::with_capacity(windows);
-    let mut m0: Vec<Option<MeterReading>> =
-        lives.iter_mut().map(Live::read).collect::<Result<_>>()?;
-    // Window 0's gate counts from the epoch's start: warm-up failures count.
-    let mut gate_from: Vec<LoadSnapshot> = vec![LoadSnapshot::default(); n];
-    let mut l0: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
-    let mut cpu0 = own_cpu();
-    // The core's idle time is read with the instant it covers up to.
-    let mut idle0 = (Instant::now(), procfs::cpu_idle_us(plan.sut_core));
-    let mut ballast0 = ballast_ns();
+    let mut e = Epoch {
+        load: LoadGen::start(s.load_spec(&ports).for_live(live.len()))?,
+        alive: vec![true; lives.len()],
+        lives,
+        live,
+        dropped,
+        ballast: &ballast,
+        plan,
+        s,
+        seed,
+        epoch,
+    };
+    e.deal_clients();
+    e.warm_up()?;
+    let mut tally = Tally::new(arms.len(), windows);
+    let mut from = e.first_mark()?;
     for w in 0..windows {
-        load.resume();
+        e.load.resume();
         on_window(w);
-        let order = slice_sequence(&live, seed, epoch, w, slices_in(s.duet.window));
+        from = e.window(w, w + 1 == windows, &from, &mut tally)?;
+    }
+    e.drain(&mut tally)?;
+    Ok((tally.trials, tally.orders))
+}
+
+/// How many slices of `slice` fill `length`: at least one.
+fn slices_in(length: Duration, slice: Duration) -> usize {
+    (length.as_nanos() / slice.as_nanos().max(1)).max(1) as usize
+}
+
+/// An epoch whose servers are up, with its generator.
+struct Epoch<'a> {
+    /// Before `lives`, so the generator is dropped before the servers.
+    load: LoadGen,
+    lives: Vec<Live>,
+    /// By arm: whether its server has lived all the epoch so far.
+    alive: Vec<bool>,
+    /// The arms whose server listened: those the load moves between.
+    live: Vec<usize>,
+    dropped: &'a [Option<Dropped>],
+    ballast: &'a Option<Ballast>,
+    plan: &'a MeterPlan,
+    s: &'a TrialSettings,
+    seed: u64,
+    epoch: usize,
+}
+
+impl Epoch<'_> {
+    fn deal_clients(&self) {
+        let to = takes_clients(&started(&self.lives), &self.alive);
+        self.load.set_live(&to);
+    }
+
+    /// Every live arm takes the load in turn, nothing is scored; then the
+    /// generator drains, so no warm-up connection reaches into window 0.
+    fn warm_up(&mut self) -> Result<()> {
+        let s = self.s;
+        let slices = slices_in(s.warmup, s.duet.slice);
+        let order = slice_sequence(&self.live, self.seed, self.epoch, usize::MAX, slices);
+        self.drive(&order, s.warmup)?;
+        self.load.quiesce(self.quiet());
+        self.load.set_measuring(true);
+        Ok(())
+    }
+
+    /// How long a drain may take: a connection's timeout, and a second.
+    fn quiet(&self) -> Duration {
+        self.s.connection_timeout + Duration::from_secs(1)
+    }
+
+    fn first_mark(&mut self) -> Result<Mark> {
+        Ok(Mark {
+            meters: self.read_meters()?,
+            load: self.snapshots(),
+            cpu: own_cpu(),
+            idle: self.core_idle(),
+            ballast_ns: ballast::used_ns(self.ballast),
+        })
+    }
+
+    /// At a window's end the clocks are read first, nearest the elapsed
+    /// time they share.
+    fn end_mark(&mut self) -> Result<Mark> {
+        Ok(Mark {
+            cpu: own_cpu(),
+            idle: self.core_idle(),
+            ballast_ns: ballast::used_ns(self.ballast),
+            meters: self.read_meters()?,
+            load: self.snapshots(),
+        })
+    }
+
+    fn read_meters(&mut self) -> Result<Vec<Option<MeterReading>>> {
+        self.lives.iter_mut().map(Live::read).collect()
+    }
+
+    fn snapshots(&self) -> Vec<LoadSnapshot> {
+        (0..self.lives.len())
+            .map(|i| self.load.snapshot(i))
+            .collect()
+    }
+
+    fn core_idle(&self) -> (Instant, Option<u64>) {
+        (Instant::now(), procfs::cpu_idle_us(self.plan.sut_core))
+    }
+
+    /// Connections each server still holds: read once every client is
+    /// done, they are teardown it deferred out of the window.
+    fn held(&self) -> Vec<u64> {
+        let held = |l: &Live| {
+            l.server
+                .as_ref()
+                .map_or(0, |s| s.held_connections(CLOSE_WAIT))
+        };
+        self.lives.iter().map(held).collect()
+    }
+
+    /// Runs window `w` and scores every arm's sample of it into `tally`;
+    /// returns the mark it ended at, where the next window starts.
+    fn window(&mut self, w: usize, last: bool, from: &Mark, tally: &mut Tally) -> Result<Mark> {
+        let s = self.s;
+        let slices = slices_in(s.duet.window, s.duet.slice);
+        let order = slice_sequence(&self.live, self.seed, self.epoch, w, slices);
         let t0 = Instant::now();
-        drive(
-            s.duet.shared,
-            &load,
-            &order,
-            slice,
-            s.duet.window,
-            &mut lives,
-        )?;
+        self.drive(&order, s.duet.window)?;
         // Nothing straddles the boundary: every connection of the window
         // finishes in it, and the drain's idle time is part of the window.
-        load.quiesce(quiet);
-        // Every client is done: a server still holding connections now
-        // deferred their teardown out of the window.
-        let held: Vec<u64> = lives
-            .iter()
-            .map(|l| {
-                l.server
-                    .as_ref()
-                    .map_or(0, |s| s.held_connections(CLOSE_WAIT))
-            })
-            .collect();
+        self.load.quiesce(self.quiet());
+        let held = self.held();
         let elapsed = t0.elapsed();
-        let cpu1 = own_cpu();
-        let idle1 = (Instant::now(), procfs::cpu_idle_us(plan.sut_core));
-        let ballast1 = ballast_ns();
-        let m1: Vec<Option<MeterReading>> =
-            lives.iter_mut().map(Live::read).collect::<Result<_>>()?;
-        let on_sut: u64 = m0
-            .iter()
-            .zip(&m1)
-            .filter_map(|(a, b)| Some(b.as_ref()?.delta(a.as_ref()?)))
-            .map(|d| d.on_sut_ns())
-            .sum::<u64>()
-            + ballast1.saturating_sub(ballast0);
-        let l1: Vec<LoadSnapshot> = (0..n).map(|i| load.snapshot(i)).collect();
-        if w + 1 == windows {
-            load.set_measuring(false);
+        let to = self.end_mark()?;
+        if last {
+            self.load.set_measuring(false);
         }
-        let window = Window {
-            elapsed,
-            generator_cpu_s: (cpu1 - cpu0).as_secs_f64(),
-            live_arms: live.len(),
-            shared: s.duet.shared,
-            sut_unaccounted: unaccounted(
-                idle1.0 - idle0.0,
-                idle1.1.zip(idle0.1).map(|(b, a)| b.saturating_sub(a)),
-                on_sut,
-            ),
-        };
-        for i in 0..n {
-            let (Some(a), Some(b)) = (&m0[i], &m1[i]) else {
-                trials[i].push(failed(i, &lives));
+        let window = Window::between(from, &to, elapsed, self.live.len(), s.duet.shared);
+        for (i, &held) in held.iter().enumerate() {
+            let Some(meter) = window_meter(&from.meters[i], &to.meters[i]) else {
+                let sample = unmeasured(self.dropped[i].as_ref(), &self.lives[i], &s.gate);
+                tally.trials[i].push(sample);
                 continue;
             };
-            let meter = b.delta(a);
-            let spanned = l1[i].delta(&gate_from[i]);
-            evidence[i] = GateEvidence {
-                attempts: spanned.attempts,
-                completed: spanned.completed,
-                failures: spanned.failures,
-                window_completed: l1[i].completed - l0[i].completed,
-                alive: lives[i].alive,
-                off_core_ns: meter.off_core_ns,
-                held_connections: held[i],
-                ..Default::default()
-            };
-            trials[i].push(window.measurement(meter, &evidence[i], s));
+            let (start, end) = (&from.load[i], &to.load[i]);
+            let e = window_evidence(&tally.gate_from[i], start, end, self.alive[i], &meter, held);
+            tally.trials[i].push(window.measurement(meter, &e, s));
+            tally.evidence[i] = e;
         }
-        orders.push(order);
-        m0 = m1;
-        gate_from = l1.clone();
-        l0 = l1;
-        cpu0 = cpu1;
-        idle0 = idle1;
-        ballast0 = ballast1;
+        tally.orders.push(order);
+        tally.gate_from = to.load.clone();
+        Ok(to)
     }
-    // The drain: every connection started is judged, and counts against the
-    // last window's gate of its arm. Latency is per epoch.
-    let totals = load.finish();
-    for i in 0..n {
-        let Some(server) = lives[i].server.as_mut() else {
-            continue;
-        };
-        lives[i].alive &= server.alive();
-        let t = &totals[i];
-        let drained = t.snapshot.delta(&gate_from[i]);
-        let e = &mut evidence[i];
-        e.attempts += drained.attempts;
-        e.completed += drained.completed;
-        for (f, d) in e.failures.iter_mut().zip(drained.failures) {
-            *f += d;
-        }
-        e.failures[Failure::Timeout.index()] += t.stuck_clients as u64;
-        e.alive = lives[i].alive;
-        let last = trials[i].last_mut().expect("at least one window");
-        last.gate = gate::check(e, &s.gate);
-        if !last.gate.passed {
-            last.cost_per_connection = None;
-        }
-        let latency = Latency::of(&t.latency_us);
-        for m in trials[i].iter_mut() {
-            m.latency_us = latency;
-        }
-    }
-    for live in lives.iter_mut() {
-        if let Some(server) = &mut live.server {
-            server.stop(s.stop_grace)?;
-        }
-    }
-    Ok((trials, orders))
-}
 
-/// What every arm's measurement of one window shares.
-struct Window {
-    elapsed: Duration,
-    generator_cpu_s: f64,
-    live_arms: usize,
-    /// Every arm held its share of the clients all the window.
-    shared: bool,
-    sut_unaccounted: Option<f64>,
-}
-
-impl Window {
-    fn measurement(&self, meter: MeterReading, e: &GateEvidence, s: &TrialSettings) -> Measurement {
-        let gate = gate::check(e, &s.gate);
-        let done = e.window_completed;
-        let per_conn = |x: u64| (done > 0).then(|| x as f64 / done as f64);
-        let window_s = self.elapsed.as_secs_f64();
-        // In slices, each arm held the load for its share of the window;
-        // shared, every arm held its share of the clients all the window.
-        let active_s = if self.shared {
-            window_s
-        } else {
-            window_s / self.live_arms.max(1) as f64
-        };
-        let load_cores = s.load_cores.len().max(1) as f64;
-        Measurement {
-            cost_per_connection: if gate.passed {
-                per_conn(meter.primary)
+    /// Moves the load between the arms of `order` in slices for `length`,
+    /// watching every live server; an interrupt ends the epoch (the
+    /// servers are killed on drop).
+    fn drive(&mut self, order: &[usize], length: Duration) -> Result<()> {
+        let slice = self.s.duet.slice;
+        let t0 = Instant::now();
+        let mut k = 0;
+        while t0.elapsed() < length {
+            interrupt::check()?;
+            self.load.set_active(if self.s.duet.shared {
+                EVERY_TARGET
             } else {
-                None
-            },
-            gate,
-            window_completed: done,
-            window_s,
-            throughput_cps: done as f64 / active_s,
-            latency_us: Latency::default(),
-            syscalls_per_connection: meter.syscalls.and_then(per_conn),
-            context_switches_per_connection: per_conn(meter.context_switches),
-            sut_busy: meter.task_clock_ns as f64 / (active_s * 1e9),
-            generator_busy: self.generator_cpu_s / window_s / load_cores,
-            sut_unaccounted: self.sut_unaccounted,
-            meter_delta: meter,
-            slice_costs: vec![],
-            ..Default::default()
+                order[k % order.len()]
+            });
+            let until = (slice * (k as u32 + 1)).min(length);
+            std::thread::sleep(until.saturating_sub(t0.elapsed()));
+            let now: Vec<Option<bool>> = self
+                .lives
+                .iter_mut()
+                .map(|l| l.server.as_mut().map(RunningServer::alive))
+                .collect();
+            if note_deaths(&mut self.alive, &now) {
+                self.deal_clients();
+            }
+            k += 1;
         }
-        .with_saturation(&meter, self.elapsed, s)
+        Ok(())
     }
-}
 
-/// Moves the load between the arms of `order` in slices of `slice` for
-/// `length`, watching every live server; an interrupt ends the epoch (the
-/// servers are killed on drop).
-fn drive(
-    shared: bool,
-    load: &LoadGen,
-    order: &[usize],
-    slice: Duration,
-    length: Duration,
-    lives: &mut [Live],
-) -> Result<()> {
-    let t0 = Instant::now();
-    let mut k = 0;
-    while t0.elapsed() < length {
-        interrupt::check()?;
-        load.set_active(if shared {
-            EVERY_TARGET
-        } else {
-            order[k % order.len()]
-        });
-        let until = (slice * (k as u32 + 1)).min(length);
-        std::thread::sleep(until.saturating_sub(t0.elapsed()));
-        let mut died = false;
+    /// The drain: every connection started is judged, and counts against
+    /// the last window's gate of its arm. Then the servers are stopped.
+    fn drain(self, tally: &mut Tally) -> Result<()> {
+        let Epoch {
+            load,
+            mut lives,
+            mut alive,
+            s,
+            ..
+        } = self;
+        let totals = load.finish();
+        for (i, live) in lives.iter_mut().enumerate() {
+            let Some(server) = live.server.as_mut() else {
+                continue;
+            };
+            alive[i] &= server.alive();
+            tally.close(i, &totals[i], alive[i], &s.gate);
+        }
         for live in lives.iter_mut() {
             if let Some(server) = &mut live.server {
-                died |= live.alive && !server.alive();
-                live.alive &= server.alive();
+                server.stop(s.stop_grace)?;
             }
         }
-        if died {
-            // Its clients would spin on refused connections: they serve
-            // the living arms instead.
-            load.set_live(
-                &lives
-                    .iter()
-                    .map(|l| l.server.is_some() && l.alive)
-                    .collect::<Vec<_>>(),
-            );
-        }
-        k += 1;
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -475,6 +389,15 @@ mod tests {
         let (lo, hi) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
         assert_eq!(counts.len(), 6);
         assert!((hi as f64) < 1.15 * lo as f64, "{follows:?}");
+    }
+
+    #[test]
+    fn a_length_holds_whole_slices_and_at_least_one() {
+        let ms = Duration::from_millis;
+        assert_eq!(slices_in(ms(1000), ms(25)), 40);
+        assert_eq!(slices_in(ms(1010), ms(25)), 40);
+        assert_eq!(slices_in(ms(10), ms(25)), 1);
+        assert_eq!(slices_in(ms(10), Duration::ZERO), 10_000_000);
     }
 
     #[test]

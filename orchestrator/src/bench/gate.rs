@@ -5,8 +5,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::bench::contract::{Failure, FailureCounts};
 use crate::bench::config::GateConfig;
+use crate::bench::contract::{Failure, FailureCounts};
+use crate::bench::loadgen::LoadTotals;
 
 /// Everything the gate looks at, gathered by one trial.
 #[derive(Clone, Debug, Default)]
@@ -28,6 +29,25 @@ pub struct GateEvidence {
     /// `bench/emulated/batch.rs`): work deferred out of the count.
     pub deferred_work_ns: u64,
     pub start_error: Option<String>,
+}
+
+impl GateEvidence {
+    /// The evidence of a trial with no measured window of its own (the
+    /// screen, the probe): every connection it completed counts toward
+    /// the gate's least, and a client still waiting at the drain's deadline
+    /// never got its answer, so it counts as a timeout.
+    pub fn from_totals(t: &LoadTotals, alive: bool) -> Self {
+        let mut failures = t.snapshot.failures;
+        failures[Failure::Timeout.index()] += t.stuck_clients as u64;
+        GateEvidence {
+            attempts: t.snapshot.attempts,
+            completed: t.snapshot.completed,
+            failures,
+            window_completed: t.snapshot.completed,
+            alive,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -211,6 +231,30 @@ mod tests {
         };
         let g = check(&e, &cfg);
         assert!(!g.passed && g.reasons.contains_key("no_listen"));
+    }
+
+    #[test]
+    fn totals_judge_every_connection_and_count_stuck_clients_as_timeouts() {
+        use crate::bench::loadgen::LoadSnapshot;
+        let mut snapshot = LoadSnapshot {
+            attempts: 70,
+            completed: 64,
+            ..Default::default()
+        };
+        snapshot.failures[Failure::Timeout.index()] = 1;
+        snapshot.failures[Failure::Reset.index()] = 2;
+        let t = LoadTotals {
+            snapshot,
+            latency_us: hdrhistogram::Histogram::new(3).unwrap(),
+            stuck_clients: 3,
+        };
+        let e = GateEvidence::from_totals(&t, false);
+        assert_eq!((e.attempts, e.completed, e.window_completed), (70, 64, 64));
+        assert_eq!(e.failures[Failure::Timeout.index()], 4);
+        assert_eq!(e.failures[Failure::Reset.index()], 2);
+        assert!(!e.alive);
+        assert_eq!(e.held_connections, 0);
+        assert_eq!(e.start_error, None);
     }
 
     #[test]

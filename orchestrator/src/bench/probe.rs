@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::bench::arm::Arm;
 use crate::bench::ballast::Ballast;
 use crate::bench::cgroup::{containment, RationGroup};
-use crate::bench::contract::Failure;
+use crate::bench::config::GateConfig;
+use crate::bench::config::Schedule;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer};
 use crate::bench::loadgen::{LoadGen, EVERY_TARGET};
@@ -18,8 +19,6 @@ use crate::bench::meter::MeterPlan;
 use crate::bench::ration::{self, Allotment, Regime, RegimeRecord};
 use crate::bench::screen::{Dropped, Stage};
 use crate::bench::trial::{failed_start, own_cpu, TrialSettings};
-use crate::bench::config::GateConfig;
-use crate::bench::schedule::Schedule;
 use crate::interrupt;
 
 /// The regime `arms` will be measured in under `s`: the idle regime where
@@ -155,17 +154,7 @@ fn probe_once(
     let totals = load.finish();
     for (i, server) in servers.iter_mut().enumerate() {
         let Some(server) = server else { continue };
-        let t = &totals[i];
-        let mut failures = t.snapshot.failures;
-        failures[Failure::Timeout.index()] += t.stuck_clients as u64;
-        let evidence = GateEvidence {
-            attempts: t.snapshot.attempts,
-            completed: t.snapshot.completed,
-            failures,
-            window_completed: t.snapshot.completed,
-            alive: alive[i] && server.alive(),
-            ..Default::default()
-        };
+        let evidence = GateEvidence::from_totals(&totals[i], alive[i] && server.alive());
         verdicts[i] = Some(gate::check(&evidence, &rules));
         server.stop(s.stop_grace)?;
     }

@@ -57,7 +57,8 @@ impl Profile {
 
     /// The stored profile, when the run recorded one.
     pub fn load_stored(results: &Path, run_id: &str, attempt: usize) -> Option<Self> {
-        let mut p: Self = crate::files::read_json(&Self::stored_path(results, run_id, attempt)).ok()?;
+        let mut p: Self =
+            crate::files::read_json(&Self::stored_path(results, run_id, attempt)).ok()?;
         // Older profiles call the server's own binary "treatment",
         // whichever server it was (the committed runs' among them).
         if let Some(share) = p.dso_shares.remove("treatment") {

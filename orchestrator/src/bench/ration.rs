@@ -149,12 +149,7 @@ impl SaturationConfig {
             0.0,
             1000.0,
         )?;
-        range(
-            "saturation.probe_ms",
-            self.probe_ms as f64,
-            100.0,
-            60_000.0,
-        )
+        range("saturation.probe_ms", self.probe_ms as f64, 100.0, 60_000.0)
     }
 }
 

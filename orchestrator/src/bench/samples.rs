@@ -6,10 +6,10 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::bench::arm::Arm;
+use crate::bench::config::Schedule;
 use crate::bench::ration::RegimeRecord;
 use crate::bench::screen::Dropped;
 use crate::bench::trial::Measurement;
-use crate::bench::schedule::Schedule;
 
 /// Every trial of every arm so far: `trials[arm][block]`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -6,9 +6,9 @@ use anyhow::Result;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 
 use crate::bench::arm::Arm;
+use crate::bench::config::Schedule;
 use crate::bench::duet;
 use crate::bench::launch::ServerCommand;
 use crate::bench::meter::MeterPlan;
@@ -16,28 +16,6 @@ use crate::bench::probe;
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::screen;
 use crate::bench::trial::{run_trial, Measurement, TrialSettings};
-
-
-/// How the arms of a measurement share the SUT core over time.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum Schedule {
-    /// Every arm a live server in the same windows, the load moved between
-    /// them in short slices ([`crate::bench::duet`]).
-    #[default]
-    Duet,
-    /// One fresh server at a time: blocks of sequential trials.
-    Blocks,
-}
-
-impl Schedule {
-    pub fn name(self) -> &'static str {
-        match self {
-            Schedule::Duet => "duet",
-            Schedule::Blocks => "blocks",
-        }
-    }
-}
 
 /// The order of `arms` arms in block `b`. Every block's order is uniformly
 /// random, and each run of `arms` consecutive blocks uses the rotations of one

@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 use crate::bench::arm::Arm;
+use crate::bench::config::GateConfig;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, CLOSE_WAIT};
 use crate::bench::loadgen::LoadGen;
 use crate::bench::meter::MeterPlan;
 use crate::bench::trial::{failed_start, Measurement, TrialSettings};
-use crate::bench::config::GateConfig;
 use crate::interrupt;
 
 /// Connections an arm must serve to pass: enough that a server broken on
@@ -119,18 +119,8 @@ fn screen_one(arm: &Arm, plan: &MeterPlan, s: &TrialSettings) -> Result<GateResu
         }
     }
     let totals = load.finish();
-    let t = &totals[0];
-    let mut failures = t.snapshot.failures;
-    failures[crate::bench::contract::Failure::Timeout.index()] += t.stuck_clients as u64;
-    let evidence = GateEvidence {
-        attempts: t.snapshot.attempts,
-        completed: t.snapshot.completed,
-        failures,
-        window_completed: t.snapshot.completed,
-        alive: alive && server.alive(),
-        held_connections: server.held_connections(CLOSE_WAIT),
-        ..Default::default()
-    };
+    let mut evidence = GateEvidence::from_totals(&totals[0], alive && server.alive());
+    evidence.held_connections = server.held_connections(CLOSE_WAIT);
     server.stop(s.stop_grace)?;
     Ok(gate::check(&evidence, &rules))
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::bench::ballast::{self, Ballast};
 use crate::bench::cgroup::RationGroup;
+use crate::bench::config::Schedule;
 use crate::bench::config::{DuetLoad, GateConfig, TrialSections};
 use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
@@ -20,7 +21,6 @@ use crate::bench::loadgen::{LoadGen, LoadSpec};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::ration::{self, Allotment, SaturationConfig};
-use crate::bench::schedule::Schedule;
 use crate::interrupt;
 
 #[derive(Clone, Debug)]

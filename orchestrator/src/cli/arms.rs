@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use crate::bench::arm::{Arm, ArmSpec};
 use crate::bench::environment;
-use crate::session::Session;
 use crate::record::{lineage, recorded};
+use crate::session::Session;
 
 /// Checks every arm spec, so a typo in the last is named before the first
 /// is built.

@@ -9,10 +9,10 @@ use clap::Args;
 use super::measure::MeasureArgs;
 use super::{arms, Cli};
 use crate::bench::samples::Samples;
-use crate::session::Session;
 use crate::config::Config;
 use crate::referee::{compare, format};
 use crate::review::progress;
+use crate::session::Session;
 
 #[derive(Args)]
 pub struct CheckArgs {

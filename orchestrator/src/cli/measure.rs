@@ -4,9 +4,9 @@
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
+use crate::bench::config::Schedule;
 use crate::bench::meter::MeterChoice;
 use crate::bench::ration::Regime;
-use crate::bench::schedule::Schedule;
 use crate::config::Config;
 
 /// `--meter`: what to count, spelled as `meter.event` is.

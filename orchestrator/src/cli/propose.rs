@@ -11,11 +11,11 @@ use crate::agent::config::ReplyFormat;
 use crate::agent::sample::{self, Sample};
 use crate::agent::{api_agent, make_agent, ProposalContext};
 use crate::bench::build;
-use crate::session;
 use crate::config::Config;
 use crate::files::write_atomic;
 use crate::record::knowledge;
 use crate::run::scope;
+use crate::session;
 
 #[derive(Args)]
 pub struct ProposeArgs {

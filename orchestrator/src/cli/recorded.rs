@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use super::measure::MeasureArgs;
 use super::store::store;
 use super::Cli;
-use crate::session::{self, Session};
 use crate::config::Config;
 use crate::record::recorded::RecordedRun;
+use crate::session::{self, Session};
 
 /// What the review commands read: the repository a configuration belongs
 /// to, and the configuration (which names its `results/` and knowledge base).

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use super::measure::{MeasureArgs, TrialArgs};
 use super::store::store;
 use super::{arms, Cli};
-use crate::session::{self, Session};
 use crate::config::Config;
 use crate::files;
 use crate::review::sweep;
+use crate::session::{self, Session};
 
 #[derive(Args)]
 pub struct SweepArgs {

@@ -24,7 +24,8 @@ use crate::referee::verdict::AttemptVerdict;
 pub struct AaCheck {
     pub block_ratios: Vec<f64>,
     pub cv: f64,
-    pub ci95: [f64; 2],
+    #[serde(alias = "ci95")]
+    pub interval: [f64; 2],
     #[serde(alias = "blocks_needed")]
     pub samples_needed: usize,
     /// The upper confidence bound on the spread that sized the run.

@@ -25,7 +25,8 @@ pub struct Lesson {
     pub playbook_id: Option<String>,
     pub verdict: AttemptVerdict,
     pub ratio: Option<f64>,
-    pub ci95: Option<[f64; 2]>,
+    #[serde(alias = "ci95")]
+    pub interval: Option<[f64; 2]>,
     pub meter: String,
     pub champion: String,
     pub attempt_ref: Option<String>,
@@ -112,7 +113,7 @@ impl KnowledgeBase {
 }
 
 fn fmt_ratio(l: &Lesson) -> String {
-    match (l.ratio, l.ci95) {
+    match (l.ratio, l.interval) {
         (Some(r), Some([lo, hi])) => format!("ratio {r:.3} [{lo:.3}, {hi:.3}]"),
         (Some(r), None) => format!("ratio {r:.3}"),
         _ => "not measured".into(),
@@ -173,7 +174,7 @@ mod tests {
             playbook_id: None,
             verdict,
             ratio: Some(0.9),
-            ci95: Some([0.85, 0.95]),
+            interval: Some([0.85, 0.95]),
             meter: "task-clock (ns)".into(),
             champion: "abc".into(),
             attempt_ref: Some("refs/ratchet/r1/attempts/1".into()),
@@ -212,7 +213,10 @@ mod tests {
         assert_eq!(all[0].run, "r0", "runs in order");
         let md = std::fs::read_to_string(d.path().join("results/r1/lessons.md")).unwrap();
         assert!(md.contains("**keep**") && md.contains("**discard**"));
-        assert!(md.contains("### accept"), "the digest holds every run's lessons");
+        assert!(
+            md.contains("### accept"),
+            "the digest holds every run's lessons"
+        );
         assert_eq!(
             std::fs::read_dir(&kb_dir).unwrap().count(),
             0,

@@ -38,7 +38,8 @@ pub struct Step {
     pub playbook_id: Option<String>,
     /// Cost ratio to the previous champion, and its 95% interval.
     pub ratio: Option<f64>,
-    pub ci95: Option<[f64; 2]>,
+    #[serde(alias = "ci95")]
+    pub interval: Option<[f64; 2]>,
     /// Product of the ratios so far: cost relative to the run's start.
     pub cumulative: f64,
     /// Cost ratio to the control measured in the keeping attempt.
@@ -64,7 +65,7 @@ pub fn step_from_commit(oid: &str, message: &str) -> Result<Step> {
         recorded_commit: oid.to_string(),
         playbook_id: None,
         ratio: e.ratio,
-        ci95: e.ci95,
+        interval: e.interval,
         cumulative: 1.0,
         vs_control: e.vs_control,
         cost_per_connection: e.cost_per_connection,
@@ -79,7 +80,7 @@ fn base_step(run: &RecordedRun, in_repo: bool) -> Step {
         recorded_commit: run.run.base_commit.clone(),
         playbook_id: None,
         ratio: None,
-        ci95: None,
+        interval: None,
         cumulative: 1.0,
         vs_control: run
             .attempts
@@ -113,7 +114,7 @@ fn steps_from_journal(run: &RecordedRun, repo: &git2::Repository) -> Vec<Step> {
                 recorded_commit: recorded,
                 playbook_id: a.playbook_id.clone(),
                 ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
-                ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                interval: a.vs_champion.as_ref().and_then(|c| c.ratio_interval),
                 cumulative: 1.0,
                 vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
                 cost_per_connection: a.samples.as_ref().and_then(|s| {
@@ -374,7 +375,7 @@ mod tests {
         assert_eq!(s.attempt, 6);
         assert_eq!(s.hypothesis, "Use multishot accept");
         assert_eq!(s.ratio, Some(0.878));
-        assert_eq!(s.ci95, Some([0.857, 0.978]));
+        assert_eq!(s.interval, Some([0.857, 0.978]));
         assert_eq!(s.vs_control, Some(0.4771));
         assert_eq!(s.cost_per_connection, Some(12916.7));
     }

@@ -11,7 +11,9 @@ const ATTEMPT: &str = "Ratchet-Attempt";
 const METER: &str = "Ratchet-Meter";
 const COST: &str = "Ratchet-Cost-Per-Connection";
 const RATIO: &str = "Ratchet-Ratio";
-const CI95: &str = "Ratchet-CI95";
+/// The interval of the decision, at its own level; the trailer keeps the
+/// name commits have always carried.
+const INTERVAL: &str = "Ratchet-CI95";
 const VS_CONTROL: &str = "Ratchet-Vs-Control";
 const ORIGIN: &str = "Ratchet-Origin";
 const STACK_OF: &str = "Ratchet-Stack-Of";
@@ -66,7 +68,7 @@ pub struct Evidence {
     pub unit: String,
     pub cost_per_connection: Option<f64>,
     pub ratio: Option<f64>,
-    pub ci95: Option<[f64; 2]>,
+    pub interval: Option<[f64; 2]>,
     pub vs_control: Option<f64>,
     pub provenance: Provenance,
 }
@@ -83,10 +85,10 @@ impl Evidence {
     pub fn render(&self) -> String {
         let num = |v: Option<f64>, digits: usize| v.map_or("-".into(), |x| format!("{x:.digits$}"));
         let ci = self
-            .ci95
+            .interval
             .map_or("-".into(), |[lo, hi]| format!("{lo:.4} {hi:.4}"));
         format!(
-            "{}{METER}: {}\n{COST}: {} {}\n{RATIO}: {}\n{CI95}: {ci}\n{VS_CONTROL}: {}\n",
+            "{}{METER}: {}\n{COST}: {} {}\n{RATIO}: {}\n{INTERVAL}: {ci}\n{VS_CONTROL}: {}\n",
             attempt(&self.run, self.attempt, &self.provenance),
             self.meter,
             num(self.cost_per_connection, 1),
@@ -102,7 +104,7 @@ impl Evidence {
         let attempt = value(message, ATTEMPT)
             .and_then(|a| a.parse().ok())
             .with_context(|| format!("commit {oid} has no {ATTEMPT} trailer"))?;
-        let ci95 = value(message, CI95).and_then(|c| {
+        let interval = value(message, INTERVAL).and_then(|c| {
             let v: Vec<f64> = c
                 .split_whitespace()
                 .filter_map(|x| x.parse().ok())
@@ -120,7 +122,7 @@ impl Evidence {
                 .to_string(),
             cost_per_connection: number(cost),
             ratio: number(value(message, RATIO)),
-            ci95,
+            interval,
             vs_control: number(value(message, VS_CONTROL)),
             provenance: Provenance::parse(message),
         })
@@ -151,7 +153,7 @@ mod tests {
             unit: "ns".into(),
             cost_per_connection: Some(12916.7),
             ratio: Some(0.878),
-            ci95: Some([0.857, 0.978]),
+            interval: Some([0.857, 0.978]),
             vs_control: Some(0.4771),
             provenance: Provenance {
                 origin: Origin::Stack,
@@ -189,12 +191,12 @@ mod tests {
     fn missing_values_read_as_none() {
         let e = Evidence {
             vs_control: None,
-            ci95: None,
+            interval: None,
             ..evidence()
         };
         let back = Evidence::parse("abc", &e.render()).unwrap();
         assert_eq!(back.vs_control, None);
-        assert_eq!(back.ci95, None);
+        assert_eq!(back.interval, None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bench::config::Schedule;
 use crate::bench::environment::Fingerprint;
 use crate::bench::gate::{self, GateResult};
 use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
@@ -11,7 +12,6 @@ use crate::bench::ration::RegimeRecord;
 use crate::bench::samples::Samples;
 use crate::bench::screen::Dropped;
 use crate::bench::trial::{Latency, Measurement};
-use crate::bench::schedule::Schedule;
 use crate::referee::stats;
 use crate::referee::verdict::{self, Verdict};
 
@@ -99,7 +99,7 @@ impl Samples {
             arm,
             baseline,
             ratio_median: median,
-            ratio_ci95: ci,
+            ratio_interval: ci,
             ci_level: level,
             ci_coverage: interval.map(|i| i.coverage),
             drift: self.drift,
@@ -196,7 +196,8 @@ pub struct Comparison {
     pub ratio_median: Option<f64>,
     /// The interval of the median ratio, at `ci_level` (the field keeps its
     /// recorded name; the decision's own interval may be wider than 95%).
-    pub ratio_ci95: Option<[f64; 2]>,
+    #[serde(alias = "ratio_ci95")]
+    pub ratio_interval: Option<[f64; 2]>,
     #[serde(default = "default_level")]
     pub ci_level: f64,
     /// The exact coverage of the windows' own interval (order statistics
@@ -226,7 +227,7 @@ impl Comparison {
             arm: 1,
             baseline: 0,
             ratio_median: Some(median),
-            ratio_ci95: Some([lo, hi]),
+            ratio_interval: Some([lo, hi]),
             ci_level: 0.95,
             ci_coverage: None,
             drift: None,
@@ -311,8 +312,8 @@ pub fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::gate::GateEvidence;
     use crate::bench::config::GateConfig;
+    use crate::bench::gate::GateEvidence;
 
     fn trial(cost: Option<f64>) -> Measurement {
         Measurement {
@@ -355,7 +356,7 @@ mod tests {
         let wide = s.compare(1, 0, 0.03);
         assert_eq!(wide.ratio_median, tight.ratio_median);
         assert_eq!(wide.drift, Some(0.025));
-        let [lo, hi] = wide.ratio_ci95.unwrap();
+        let [lo, hi] = wide.ratio_interval.unwrap();
         assert!(hi > 1.0 && lo < 0.93, "{lo} {hi}");
         assert_eq!(wide.verdict, Verdict::Same);
     }
@@ -405,7 +406,7 @@ mod tests {
         let s = samples(&[Some(100.0); 5], &[Some(50.0); 5]);
         let c = s.compare(1, 0, 0.03);
         assert_eq!(c.verdict, Verdict::Invalid);
-        assert_eq!(c.ratio_ci95, None);
+        assert_eq!(c.ratio_interval, None);
         assert_eq!(c.ratio_median, Some(0.5));
     }
 

@@ -6,7 +6,7 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::schedule::Schedule;
+use crate::bench::config::Schedule;
 use crate::check::range;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

@@ -2,7 +2,7 @@
 //! every command's text shares. JSON output is the serialized
 //! [`crate::referee::compare::CompareReport`] itself.
 
-use crate::bench::schedule::Schedule;
+use crate::bench::config::Schedule;
 use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
 use crate::referee::verdict::Verdict;
 
@@ -35,7 +35,7 @@ pub fn fmt_estimate(ratio: Option<f64>, ci: Option<[f64; 2]>) -> String {
 
 /// A comparison's ratio with its interval.
 pub fn fmt_comparison(c: &Comparison) -> String {
-    fmt_estimate(c.ratio_median, c.ratio_ci95)
+    fmt_estimate(c.ratio_median, c.ratio_interval)
 }
 
 /// Each arm's median cost on this machine, one line: raw costs belong to
@@ -88,8 +88,9 @@ fn cgroup_cross_check(r: &CompareReport) -> String {
     )
 }
 
+/// The table `compare` and `check` print: how it was measured, one row per
+/// arm, each arm's ratio to the baseline, and what the costs leave out.
 pub fn compare_table(r: &CompareReport) -> String {
-    let unit = &r.meter.unit;
     let w = r
         .arms
         .iter()
@@ -97,6 +98,23 @@ pub fn compare_table(r: &CompareReport) -> String {
         .max()
         .unwrap_or(0)
         .max(12);
+    let mut out = how_measured(r);
+    out += &column_header(&r.meter.unit, w);
+    for a in &r.arms {
+        out += &arm_row(a, w);
+        out += &arm_notes(a, r.sample_count, w);
+    }
+    out += &ratios(r, w);
+    out += &unaccounted_share(r);
+    out += &cgroup_cross_check(r);
+    out += &generator_limit(r);
+    out
+}
+
+/// The meter, schedule and threshold, the environment's warnings and the
+/// regime: what a reader needs before any number.
+fn how_measured(r: &CompareReport) -> String {
+    let unit = &r.meter.unit;
     let mut out = format!(
         "meter: {} (cost per connection in {unit}); schedule {}, {} {}; threshold {:.1}%\n\n",
         r.environment.meter_reason,
@@ -119,8 +137,11 @@ pub fn compare_table(r: &CompareReport) -> String {
     if let Some(w) = &r.regime.warning {
         out += &format!("warning: regime: {w}\n");
     }
-    out += "\n";
-    out += &format!(
+    out + "\n"
+}
+
+fn column_header(unit: &str, w: usize) -> String {
+    format!(
         "{:<w$} {:>6} {:>14} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>7} {:>8} {:>8} {:>7}\n",
         "arm",
         "gate",
@@ -135,48 +156,62 @@ pub fn compare_table(r: &CompareReport) -> String {
         "sut busy",
         "gen busy",
         "allot"
-    );
-    for a in &r.arms {
+    )
+}
+
+fn arm_row(a: &ArmSummary, w: usize) -> String {
+    format!(
+        "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7} {:>7.0}% {:>7.0}% {:>7}\n",
+        a.arm,
+        if a.gate.passed { "pass" } else { "FAIL" },
+        a.cost_per_connection.median,
+        a.score,
+        a.throughput_cps,
+        a.latency_us.p50,
+        a.latency_us.p99,
+        a.latency_us.p999,
+        opt(a.syscalls_per_connection, 2),
+        opt(a.context_switches_per_connection, 3),
+        a.sut_busy * 100.0,
+        a.generator_busy * 100.0,
+        a.allotment_used
+            .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+    )
+}
+
+/// Under an arm's row: the samples it left unscored for running out of
+/// work, and its gate's counts and first reasons wherever it failed or
+/// saw failures it tolerated.
+fn arm_notes(a: &ArmSummary, samples: usize, w: usize) -> String {
+    let mut out = String::new();
+    if a.unsaturated_samples > 0 {
         out += &format!(
-            "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7} {:>7.0}% {:>7.0}% {:>7}\n",
-            a.arm,
-            if a.gate.passed { "pass" } else { "FAIL" },
-            a.cost_per_connection.median,
-            a.score,
-            a.throughput_cps,
-            a.latency_us.p50,
-            a.latency_us.p99,
-            a.latency_us.p999,
-            opt(a.syscalls_per_connection, 2),
-            opt(a.context_switches_per_connection, 3),
-            a.sut_busy * 100.0,
-            a.generator_busy * 100.0,
-            a.allotment_used
-                .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+            "{:<w$} ran out of work in {} of {} samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored\n",
+            "",
+            a.unsaturated_samples,
+            samples,
         );
-        if a.unsaturated_samples > 0 {
-            out += &format!(
-                "{:<w$} ran out of work in {} of {} samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored\n",
-                "",
-                a.unsaturated_samples,
-                r.sample_count,
-            );
-        }
-        if !a.gate.passed || !a.gate.reasons.is_empty() {
-            out += &format!(
-                "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
-                "",
-                a.gate.attempts,
-                a.gate.completed,
-                a.gate.failures,
-                a.gate.failure_rate,
-                a.gate.reasons
-            );
-            for d in a.gate.detail.iter().take(3) {
-                out += &format!("{:<w$} {}\n", "", d.lines().next().unwrap_or(""));
-            }
+    }
+    if !a.gate.passed || !a.gate.reasons.is_empty() {
+        out += &format!(
+            "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
+            "",
+            a.gate.attempts,
+            a.gate.completed,
+            a.gate.failures,
+            a.gate.failure_rate,
+            a.gate.reasons
+        );
+        for d in a.gate.detail.iter().take(3) {
+            out += &format!("{:<w$} {}\n", "", d.lines().next().unwrap_or(""));
         }
     }
+    out
+}
+
+/// Every arm's ratio to the first, with the drift its intervals carry.
+fn ratios(r: &CompareReport, w: usize) -> String {
+    let mut out = String::new();
     if let Some(base) = r.arms.first() {
         out += &format!(
             "\nagainst {} (ratio = cost / baseline cost; < 1 is cheaper):\n",
@@ -191,51 +226,260 @@ pub fn compare_table(r: &CompareReport) -> String {
         );
     }
     for c in &r.comparisons {
-        let arm = &r.arms[c.arm].arm;
-        let ci = fmt_ci(c.ratio_ci95);
-        let change = match (c.verdict, c.ratio_median) {
-            (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) if m < 1.0 => {
-                format!("{:.1}% cheaper", (1.0 - m) * 100.0)
-            }
-            (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) => {
-                format!("{:.1}% costlier", (m - 1.0) * 100.0)
-            }
-            _ => "gate failed".into(),
-        };
         out += &format!(
-            "  {:<w$} ratio {} CI95 {}  cv {}  => {} ({change})\n",
-            arm,
+            "  {:<w$} ratio {} CI95 {}  cv {}  => {} ({})\n",
+            r.arms[c.arm].arm,
             fmt_ratio(c.ratio_median),
-            ci,
+            fmt_ci(c.ratio_interval),
             opt(c.ratio_cv, 3),
-            c.verdict.name()
+            c.verdict.name(),
+            change(c)
         );
     }
+    out
+}
+
+/// How much cheaper or costlier an arm was, where it could be judged.
+fn change(c: &Comparison) -> String {
+    match (c.verdict, c.ratio_median) {
+        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) if m < 1.0 => {
+            format!("{:.1}% cheaper", (1.0 - m) * 100.0)
+        }
+        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) => {
+            format!("{:.1}% costlier", (m - 1.0) * 100.0)
+        }
+        _ => "gate failed".into(),
+    }
+}
+
+/// The share of the SUT core's busy time no arm's counters saw: what every
+/// cost per connection leaves out.
+fn unaccounted_share(r: &CompareReport) -> String {
     let mut unaccounted: Vec<f64> = r
         .trials
         .iter()
         .flatten()
         .filter_map(|t| t.sut_unaccounted)
         .collect();
-    if !unaccounted.is_empty() {
-        unaccounted.sort_by(f64::total_cmp);
-        out += &format!(
-            "\nSUT core: {:.1}% of its busy time (median over samples, range {:.1}-{:.1}%) ran in no arm: kernel threads, interrupts, other processes\n",
-            100.0 * unaccounted[unaccounted.len() / 2],
-            100.0 * unaccounted[0],
-            100.0 * unaccounted[unaccounted.len() - 1]
-        );
+    if unaccounted.is_empty() {
+        return String::new();
     }
-    out += &cgroup_cross_check(r);
+    unaccounted.sort_by(f64::total_cmp);
+    format!(
+        "\nSUT core: {:.1}% of its busy time (median over samples, range {:.1}-{:.1}%) ran in no arm: kernel threads, interrupts, other processes\n",
+        100.0 * unaccounted[unaccounted.len() / 2],
+        100.0 * unaccounted[0],
+        100.0 * unaccounted[unaccounted.len() - 1]
+    )
+}
+
+/// Where the generator, not the servers, set the pace: throughput then
+/// says nothing of the servers.
+fn generator_limit(r: &CompareReport) -> String {
     let busy = r.arms.iter().map(|a| a.generator_busy).fold(0.0, f64::max);
     let sut = r.arms.iter().map(|a| a.sut_busy).fold(0.0, f64::max);
     if busy > 0.9 && sut < 0.9 {
-        out += &format!(
+        format!(
             "\nnote: the load generator used {:.0}% of its cores while the SUT core was at most {:.0}% busy: \
              the generator, not the server, is the limit; costs per connection remain comparable, throughput does not.\n",
             busy * 100.0,
             sut * 100.0
-        );
+        )
+    } else {
+        String::new()
     }
-    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::environment::Fingerprint;
+    use crate::bench::gate::GateResult;
+    use crate::bench::meter::{MeterEvent, MeterReading};
+    use crate::bench::ration::{Allotment, RegimeRecord};
+    use crate::bench::trial::{Latency, Measurement};
+    use crate::referee::compare::{CostSummary, MeterInfo};
+
+    fn arm(name: &str, cost: f64, gate: GateResult) -> ArmSummary {
+        ArmSummary {
+            arm: name.into(),
+            gate,
+            cost_per_connection: CostSummary {
+                median: cost,
+                samples: vec![cost],
+            },
+            score: 1e9 / cost,
+            throughput_cps: 21_345.6,
+            latency_us: Latency {
+                p50: 101.4,
+                p99: 340.6,
+                p999: 1_210.2,
+            },
+            syscalls_per_connection: Some(6.004),
+            context_switches_per_connection: None,
+            sut_busy: 0.52,
+            generator_busy: 0.94,
+            generator_headroom: 0.06,
+            allotment_used: Some(0.815),
+            throttled_share: None,
+            unsaturated_samples: 0,
+        }
+    }
+
+    fn comparison(arm: usize, median: Option<f64>, verdict: Verdict) -> Comparison {
+        Comparison {
+            arm,
+            baseline: 0,
+            ratio_median: median,
+            ratio_interval: median.map(|m| [m - 0.01, m + 0.02]),
+            ci_level: 0.975,
+            ci_coverage: None,
+            drift: Some(0.035),
+            verdict,
+            ratio_cv: median.map(|_| 0.0123),
+            block_ratios: vec![],
+        }
+    }
+
+    fn sample(unaccounted: f64, cgroup_ns: u64) -> Measurement {
+        Measurement {
+            sut_unaccounted: Some(unaccounted),
+            meter_delta: MeterReading {
+                task_clock_ns: 1_000,
+                cgroup_ns: Some(cgroup_ns),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Three arms: a baseline, a cheaper one that ran out of work, and one
+    /// whose gate failed, under every warning the table can carry.
+    fn report() -> CompareReport {
+        let passed = GateResult {
+            passed: true,
+            attempts: 40_000,
+            completed: 40_000,
+            ..Default::default()
+        };
+        let mut failed = GateResult {
+            attempts: 900,
+            completed: 880,
+            failures: 20,
+            failure_rate: 20.0 / 900.0,
+            ..Default::default()
+        };
+        failed.reasons.insert("reset".into(), 20);
+        failed.detail = ["one\nsecond line", "two", "three", "four"]
+            .map(String::from)
+            .into();
+        let mut cheaper = arm("treatment-with-a-long-name", 7_250.4, passed.clone());
+        cheaper.unsaturated_samples = 2;
+        cheaper.context_switches_per_connection = Some(0.0456);
+        let mut broken = arm("broken", 9_100.0, failed);
+        broken.allotment_used = None;
+        broken.syscalls_per_connection = None;
+        CompareReport {
+            meter: MeterInfo {
+                event: MeterEvent::TaskClock,
+                unit: "ns".into(),
+                source: None,
+            },
+            schedule: Schedule::Duet,
+            orders: vec![],
+            threshold: 0.03,
+            sample_count: 12,
+            arms: vec![arm("control", 8_000.0, passed), cheaper, broken],
+            comparisons: vec![
+                comparison(1, Some(0.9063), Verdict::Better),
+                comparison(2, None, Verdict::Invalid),
+            ],
+            environment: Fingerprint {
+                meter_reason: "task-clock: no PMU here".into(),
+                privilege: "warning: servers run as root".into(),
+                containment: "warning: no cgroup".into(),
+                ..Default::default()
+            },
+            regime: RegimeRecord {
+                allotment: Some(Allotment {
+                    quota_us: 1_000,
+                    period_us: 8_000,
+                }),
+                generator_capacity_cps: Some(31_000.0),
+                warning: Some("the probe may have read its start-up".into()),
+                ..Default::default()
+            },
+            trials: vec![
+                vec![sample(0.04, 1_000), sample(0.02, 1_200)],
+                vec![sample(0.08, 1_000)],
+                vec![Measurement::default()],
+            ],
+            dropped: vec![],
+        }
+    }
+
+    /// Pins the whole table, so a change to any part of it is seen.
+    #[test]
+    fn the_comparison_table_reads_as_it_always_has() {
+        let expected = [
+            "meter: task-clock: no PMU here (cost per connection in ns); schedule duet, 12 windows; threshold 3.0%",
+            "",
+            "warning: servers run as root",
+            "",
+            "warning: no cgroup",
+            "",
+            "regime: saturated: every arm rationed to 1000 us per 8000 us (12.5% of the SUT core), generator capacity about 31000 conn/s",
+            "warning: regime: the probe may have read its start-up",
+            "",
+            "arm                          gate        ns/conn      score     conn/s   p50 us   p99 us  p99.9 us sysc/conn cs/conn sut busy gen busy   allot",
+            "control                      pass           8000   125000.0      21346      101      341      1210      6.00       -      52%      94%     82%",
+            "treatment-with-a-long-name   pass           7250   137923.4      21346      101      341      1210      6.00   0.046      52%      94%     82%",
+            "                           ran out of work in 2 of 12 samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored",
+            "broken                       FAIL           9100   109890.1      21346      101      341      1210         -       -      52%      94%       -",
+            "                           attempts 900 completed 880 failures 20 (rate 0.022222) {\"reset\": 20}",
+            "                           one",
+            "                           two",
+            "                           three",
+            "",
+            "against control (ratio = cost / baseline cost; < 1 is cheaper):",
+            "  (each CI95 adds the meter's spread between measurements, 3.5% (meter.task_clock_drift): it holds for a measurement at another time, not only this one's minute)",
+            "  treatment-with-a-long-name ratio 0.906 CI95 [0.896, 0.926]  cv 0.012  => better (9.4% cheaper)",
+            "  broken                     ratio - CI95 -  cv -  => invalid (gate failed)",
+            "",
+            "SUT core: 4.0% of its busy time (median over samples, range 2.0-8.0%) ran in no arm: kernel threads, interrupts, other processes",
+            "cross-check: the servers' cgroups used 1.067x the CPU time their counters saw (per arm 1.10, 1.00)",
+            "",
+            "note: the load generator used 94% of its cores while the SUT core was at most 52% busy: the generator, not the server, is the limit; costs per connection remain comparable, throughput does not.",
+            "",
+        ]
+        .join("\n");
+        assert_eq!(compare_table(&report()), expected);
+    }
+
+    /// The least a table can hold: the blocks schedule, one arm, no
+    /// warning, nothing to compare and no sample to cross-check.
+    #[test]
+    fn a_bare_table_has_no_notes() {
+        let mut r = report();
+        r.schedule = Schedule::Blocks;
+        r.environment = Fingerprint::default();
+        r.regime = RegimeRecord::default();
+        r.arms.truncate(1);
+        r.arms[0].generator_busy = 0.5;
+        r.comparisons.clear();
+        r.trials.clear();
+        let expected = [
+            "meter:  (cost per connection in ns); schedule blocks, 12 blocks; threshold 3.0%",
+            "",
+            "regime: idle: servers not rationed; they sleep between arrivals when the generator is the limit",
+            "",
+            "arm            gate        ns/conn      score     conn/s   p50 us   p99 us  p99.9 us sysc/conn cs/conn sut busy gen busy   allot",
+            "control        pass           8000   125000.0      21346      101      341      1210      6.00       -      52%      50%     82%",
+            "",
+            "against control (ratio = cost / baseline cost; < 1 is cheaper):",
+            "",
+        ]
+        .join("\n");
+        assert_eq!(compare_table(&r), expected);
+    }
 }

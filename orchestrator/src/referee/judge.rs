@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use crate::bench::arm::Arm;
 use crate::bench::build::BuildFailure;
+use crate::bench::config::Schedule;
 use crate::bench::meter::MeterPlan;
 use crate::bench::samples::{Samples, Tampered};
 use crate::bench::trial::{self, TrialSettings};
-use crate::bench::schedule::Schedule;
 use crate::referee::compare::Comparison;
 use crate::referee::keep::{self, Step};
 use crate::referee::stats;

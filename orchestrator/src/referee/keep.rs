@@ -24,7 +24,7 @@ pub enum Step {
 /// The keep condition is the comparison's `better` verdict: one rule, in
 /// [`crate::referee::verdict::of`].
 pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bool) -> Step {
-    let (Some(median), Some([lo, hi])) = (c.ratio_median, c.ratio_ci95) else {
+    let (Some(median), Some([lo, hi])) = (c.ratio_median, c.ratio_interval) else {
         return Step::Decided(AttemptVerdict::Invalid);
     };
     let keep = match c.verdict {
@@ -113,7 +113,7 @@ impl Tail {
 /// its neighbours. Both conditions, so a large gain that the duet merely
 /// overstates still stands.
 pub fn unconfirmed(duet_median: f64, alone: &Comparison, threshold: f64) -> Option<String> {
-    let [lo, hi] = match (alone.verdict, alone.ratio_ci95) {
+    let [lo, hi] = match (alone.verdict, alone.ratio_interval) {
         (Verdict::Invalid, _) | (_, None) => {
             return Some("alone, no verdict could be reached".into())
         }

@@ -103,10 +103,10 @@ impl std::fmt::Display for AttemptVerdict {
 /// `better` needs both a large enough effect (median at least `threshold`
 /// cheaper) and confidence that it is real (the whole 95% interval below 1);
 /// `worse` needs only confidence, since a regression of any size is news.
-pub fn of(ratio_median: f64, ci95: (f64, f64), threshold: f64) -> Verdict {
-    if ratio_median <= 1.0 - threshold && ci95.1 < 1.0 {
+pub fn of(ratio_median: f64, interval: (f64, f64), threshold: f64) -> Verdict {
+    if ratio_median <= 1.0 - threshold && interval.1 < 1.0 {
         Verdict::Better
-    } else if ci95.0 > 1.0 {
+    } else if interval.0 > 1.0 {
         Verdict::Worse
     } else {
         Verdict::Same

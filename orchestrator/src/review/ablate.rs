@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::environment::{self, Fingerprint};
 use crate::bench::samples::Samples;
-use crate::session::Session;
 use crate::record::lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};
@@ -18,6 +17,7 @@ use crate::referee::format::{arm_medians, fmt_estimate, fmt_ratio};
 use crate::referee::stats;
 use crate::referee::verdict::Verdict;
 use crate::review::progress;
+use crate::session::Session;
 
 /// One kept change, judged in the final combination.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -26,7 +26,8 @@ pub struct Contribution {
     pub hypothesis: String,
     /// Its ratio to the champion it was kept against.
     pub recorded_ratio: Option<f64>,
-    pub recorded_ci95: Option<[f64; 2]>,
+    #[serde(alias = "recorded_ci95")]
+    pub recorded_interval: Option<[f64; 2]>,
     /// cost(champion) / cost(champion without it): below 1, the change helps.
     pub in_final: Option<Comparison>,
     /// contributes | nothing measurable | now costs | invalid | not revertible
@@ -41,8 +42,11 @@ impl Contribution {
         let f = self.in_final.as_ref();
         [
             self.attempt.to_string(),
-            fmt_estimate(self.recorded_ratio, self.recorded_ci95),
-            fmt_estimate(f.and_then(|f| f.ratio_median), f.and_then(|f| f.ratio_ci95)),
+            fmt_estimate(self.recorded_ratio, self.recorded_interval),
+            fmt_estimate(
+                f.and_then(|f| f.ratio_median),
+                f.and_then(|f| f.ratio_interval),
+            ),
             self.finding.clone(),
         ]
     }
@@ -81,7 +85,7 @@ pub struct AblationRecord {
 /// an effect of at least the threshold and an interval clear of 1, as the
 /// keep rule does: anything less is not resolved here.
 pub fn finding(c: &Comparison, threshold: f64) -> &'static str {
-    match (c.verdict, c.ratio_median, c.ratio_ci95) {
+    match (c.verdict, c.ratio_median, c.ratio_interval) {
         (Verdict::Invalid, _, _) => "invalid",
         (Verdict::Better, _, _) => "contributes",
         (_, Some(m), Some([lo, _])) if lo > 1.0 && m >= 1.0 / (1.0 - threshold) => "now costs",
@@ -209,7 +213,7 @@ impl Ablation<'_> {
                 attempt: step.attempt,
                 hypothesis: step.hypothesis.clone(),
                 recorded_ratio: step.ratio,
-                recorded_ci95: step.ci95,
+                recorded_interval: step.interval,
                 in_final: None,
                 finding: "not revertible".into(),
                 note: None,

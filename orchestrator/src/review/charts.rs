@@ -148,7 +148,7 @@ pub fn ratio_chart(run: &RecordedRun) -> String {
         .iter()
         .filter_map(|a| {
             let c = a.vs_champion.as_ref()?;
-            Some((a.number, c.ratio_median?, c.ratio_ci95?, a.verdict))
+            Some((a.number, c.ratio_median?, c.ratio_interval?, a.verdict))
         })
         .collect();
     let values = points
@@ -202,7 +202,7 @@ pub fn control_chart(run: &RecordedRun) -> String {
         .iter()
         .filter_map(|a| {
             let c = a.champion_vs_control.as_ref()?;
-            Some((a.number, c.ratio_median?, c.ratio_ci95))
+            Some((a.number, c.ratio_median?, c.ratio_interval))
         })
         .collect();
     let values = points

@@ -6,12 +6,12 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::record::gitops::short;
+use crate::record::journal::RunStatus;
 use crate::record::lineage::{Lineage, Source, Step};
 use crate::record::recorded::RecordedRun;
 use crate::referee::format::{fmt_ci, fmt_ci_at, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::tree;
-use crate::record::journal::RunStatus;
 
 /// One attempt of the run, whatever became of it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -24,8 +24,9 @@ pub struct AttemptLine {
     /// The commit the ref points to, when this repository has the ref.
     pub ref_commit: Option<String>,
     pub ratio: Option<f64>,
-    pub ci95: Option<[f64; 2]>,
-    /// The coverage `ci95` was computed at (0.975 for a keep decision's look).
+    #[serde(alias = "ci95")]
+    pub interval: Option<[f64; 2]>,
+    /// The coverage `interval` was computed at (0.975 for a keep decision's look).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_level: Option<f64>,
     pub vs_control: Option<f64>,
@@ -69,7 +70,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
                     .and_then(|r| repo.refname_to_id(r).ok())
                     .map(|o| o.to_string()),
                 ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
-                ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                interval: a.vs_champion.as_ref().and_then(|c| c.ratio_interval),
                 ci_level: a.vs_champion.as_ref().map(|c| c.ci_level),
                 vs_control: a.vs_control.as_ref().and_then(|c| c.ratio_median),
                 detail: a
@@ -133,7 +134,7 @@ pub fn render(h: &History) -> String {
             },
             commit,
             fmt_ratio(s.ratio),
-            fmt_ci(s.ci95),
+            fmt_ci(s.interval),
             s.cumulative,
             fmt_ratio(s.vs_control),
             s.hypothesis
@@ -161,7 +162,7 @@ pub fn render(h: &History) -> String {
                 a.number,
                 a.verdict,
                 fmt_ratio(a.ratio),
-                fmt_ci_at(a.ci95, a.ci_level),
+                fmt_ci_at(a.interval, a.ci_level),
                 reference,
                 a.hypothesis
             );

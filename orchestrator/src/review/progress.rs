@@ -6,9 +6,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::arm::Arm;
 use crate::bench::samples::Samples;
-use crate::session::Session;
 use crate::bench::trial::TrialSettings;
 use crate::referee::compare::ratio_so_far;
+use crate::session::Session;
 
 fn bar(total: usize) -> ProgressBar {
     let bar = ProgressBar::new(total as u64);
@@ -31,15 +31,22 @@ pub fn measure(
     label: &str,
 ) -> Result<()> {
     let bar = bar(sample_count * arms.len());
-    let result = samples.measure(arms, sample_count, seed, &session.plan, settings, &mut |s| {
-        bar.set_position(s.done as u64);
-        let ratio = ratio_so_far(s.so_far)
-            .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));
-        bar.set_message(format!(
-            "{label}block {}/{} {}{ratio}",
-            s.block, s.sample_count, s.arm
-        ));
-    });
+    let result = samples.measure(
+        arms,
+        sample_count,
+        seed,
+        &session.plan,
+        settings,
+        &mut |s| {
+            bar.set_position(s.done as u64);
+            let ratio = ratio_so_far(s.so_far)
+                .map_or(String::new(), |r| format!(" | arm 2 / arm 1 so far {r:.3}"));
+            bar.set_message(format!(
+                "{label}block {}/{} {}{ratio}",
+                s.block, s.sample_count, s.arm
+            ));
+        },
+    );
     bar.finish_and_clear();
     result
 }

@@ -37,7 +37,7 @@ fn attempts_table(run: &RecordedRun) -> String {
             v = escape(a.verdict.name()),
             o = escape(&a.origin.describe(&a.stack_of, a.retry_of)),
             r = fmt_ratio(c.and_then(|c| c.ratio_median)),
-            ci = fmt_ci_at(c.and_then(|c| c.ratio_ci95), c.map(|c| c.ci_level)),
+            ci = fmt_ci_at(c.and_then(|c| c.ratio_interval), c.map(|c| c.ci_level)),
             vc = fmt_ratio(a.vs_control.as_ref().and_then(|c| c.ratio_median)),
             h = escape(&a.hypothesis),
         );
@@ -73,7 +73,7 @@ fn lineage_table(lineage: &Lineage) -> String {
             escape(crate::record::gitops::short(commit)),
             if st.commit.is_none() { " (not in this repository)" } else { "" },
             fmt_ratio(st.ratio),
-            fmt_ci(st.ci95),
+            fmt_ci(st.interval),
             st.cumulative,
             fmt_ratio(st.vs_control),
             escape(&st.hypothesis)
@@ -89,8 +89,8 @@ fn facts(run: &RecordedRun) -> String {
         format!(
             "spread (cv of block ratios) {:.1}%, interval [{:.3}, {:.3}]; {} samples per measurement",
             aa.cv * 100.0,
-            aa.ci95[0],
-            aa.ci95[1],
+            aa.interval[0],
+            aa.interval[1],
             aa.samples_needed
         )
     });
@@ -341,12 +341,7 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
 }
 
 /// Writes the report of `run` to `out`.
-pub fn write(
-    repo: &git2::Repository,
-    run: &RecordedRun,
-    results: &Path,
-    out: &Path,
-) -> Result<()> {
+pub fn write(repo: &git2::Repository, run: &RecordedRun, results: &Path, out: &Path) -> Result<()> {
     let lineage = Lineage::read(repo, run)?;
     let html = render(run, &lineage, results);
     crate::files::write_atomic(out, html.as_bytes())

@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use crate::bench::arm::Arm;
 use crate::bench::environment::Fingerprint;
 use crate::bench::samples::Samples;
-use crate::session::Session;
 use crate::referee::compare::{ArmSummary, Comparison};
 use crate::referee::format::{fmt_ci, fmt_ratio};
 use crate::review::progress;
 use crate::review::svg::{self, Chart, Marker};
+use crate::session::Session;
 
 /// Busy fractions above this mean a core was saturated.
 const SATURATED: f64 = 0.9;
@@ -139,7 +139,7 @@ pub fn render(r: &SweepRecord) -> String {
                 a.generator_busy * 100.0,
                 level.limits[i],
                 fmt_ratio(cmp.and_then(|c| c.ratio_median)),
-                fmt_ci(cmp.and_then(|c| c.ratio_ci95)),
+                fmt_ci(cmp.and_then(|c| c.ratio_interval)),
             );
         }
     }

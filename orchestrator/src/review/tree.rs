@@ -75,8 +75,8 @@ pub fn levels(attempts: &[AttemptRecord]) -> Vec<Level> {
             retry_of: a.retry_of,
             verdict: a.verdict,
             ratio: c.and_then(|c| c.ratio_median),
-            interval: c.and_then(|c| c.ratio_ci95),
-            interval_level: c.and_then(|c| c.ratio_ci95.map(|_| c.ci_level)),
+            interval: c.and_then(|c| c.ratio_interval),
+            interval_level: c.and_then(|c| c.ratio_interval.map(|_| c.ci_level)),
             hypothesis: a.hypothesis.clone(),
         });
     }

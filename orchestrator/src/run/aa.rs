@@ -233,7 +233,7 @@ impl Loop<'_> {
         let check = AaCheck {
             block_ratios: aa.block_ratios.clone(),
             cv,
-            ci95: aa.ratio_ci95.unwrap_or([1.0, 1.0]),
+            interval: aa.ratio_interval.unwrap_or([1.0, 1.0]),
             samples_needed: needed,
             spread_upper_bound: Some(bound),
             remeasured: None,

@@ -323,7 +323,7 @@ impl Loop<'_> {
             unit: self.unit().into(),
             cost_per_connection: Some(cost),
             ratio: cmp.and_then(|c| c.ratio_median),
-            ci95: cmp.and_then(|c| c.ratio_ci95),
+            interval: cmp.and_then(|c| c.ratio_interval),
             vs_control: record.vs_control.as_ref().and_then(|c| c.ratio_median),
             provenance: provenance(record),
         }
@@ -453,7 +453,7 @@ mod tests {
             unit: "ns".into(),
             cost_per_connection: Some(1000.0),
             ratio: Some(0.95),
-            ci95: Some([0.93, 0.97]),
+            interval: Some([0.93, 0.97]),
             vs_control: None,
             provenance: provenance(&r),
         };

@@ -61,7 +61,8 @@ impl Stages for LoopStages<'_, '_> {
 
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
         let label = format!("#{} {}", self.n, phase.name());
-        let (settings, n) = judge::phase_settings(phase, &self.lp.settings(), self.lp.run.sample_count);
+        let (settings, n) =
+            judge::phase_settings(phase, &self.lp.settings(), self.lp.run.sample_count);
         self.lp.measure(arms, n, samples, &label, &settings)
     }
 }

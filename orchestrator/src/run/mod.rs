@@ -30,15 +30,17 @@ use crate::agent::Agent;
 use crate::bench::arm::Arm;
 use crate::bench::profile;
 use crate::bench::samples::Samples;
-use crate::session::Session;
 use crate::bench::trial::TrialSettings;
 use crate::config::Config;
 use crate::interrupt;
 use crate::record::gitops::{short, RunRepo};
-use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, RunStatus, Standing};
+use crate::record::journal::{
+    AttemptRecord, ChampionRecord, Journal, RunRecord, RunStatus, Standing,
+};
 use crate::record::knowledge::{self, KnowledgeBase};
 use crate::referee::compare::ratio_so_far;
 use crate::referee::format::fmt_ratio;
+use crate::session::Session;
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -164,15 +166,22 @@ impl Loop<'_> {
         let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
         let standing = self.standing();
-        samples.measure(arms, sample_count, seed, &self.session.plan, settings, &mut |s| {
-            bar.set_message(format!(
-                "{label}: block {}/{} {} | candidate/champion so far {} | {standing}",
-                s.block,
-                s.sample_count,
-                s.arm,
-                fmt_ratio(ratio_so_far(s.so_far))
-            ));
-        })
+        samples.measure(
+            arms,
+            sample_count,
+            seed,
+            &self.session.plan,
+            settings,
+            &mut |s| {
+                bar.set_message(format!(
+                    "{label}: block {}/{} {} | candidate/champion so far {} | {standing}",
+                    s.block,
+                    s.sample_count,
+                    s.arm,
+                    fmt_ratio(ratio_so_far(s.so_far))
+                ));
+            },
+        )
     }
 
     fn refresh_profile(&mut self) {
@@ -414,9 +423,18 @@ mod tests {
     #[test]
     fn a_run_that_decided_nothing_is_no_success() {
         let code = |e: Ending, decided| exit_of(e, decided).err().map(|u| u.code);
-        assert_eq!(code(ending(RunStatus::Stopped, true), true), Some(EXIT_REFUSED));
-        assert_eq!(code(ending(RunStatus::Stopped, true), false), Some(EXIT_REFUSED));
-        assert_eq!(code(ending(RunStatus::Stopped, false), false), Some(EXIT_UNDECIDED));
+        assert_eq!(
+            code(ending(RunStatus::Stopped, true), true),
+            Some(EXIT_REFUSED)
+        );
+        assert_eq!(
+            code(ending(RunStatus::Stopped, true), false),
+            Some(EXIT_REFUSED)
+        );
+        assert_eq!(
+            code(ending(RunStatus::Stopped, false), false),
+            Some(EXIT_UNDECIDED)
+        );
         assert_eq!(code(ending(RunStatus::Converged, false), true), None);
         let u = exit_of(ending(RunStatus::Stopped, false), false).unwrap_err();
         assert_eq!(u.reason, "why");

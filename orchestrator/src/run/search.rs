@@ -92,7 +92,7 @@ impl View<'_> {
                     idea: a.idea.clone(),
                     hypothesis: a.hypothesis.clone(),
                     ratio: a.ratio?,
-                    ci: a.ci95?,
+                    ci: a.interval?,
                     ci_level: a.ci_level,
                     champions_ago: search::distance(self.lineage, &a.champion),
                 })
@@ -226,7 +226,7 @@ mod tests {
         };
         let mut a = AttemptSummary::measured(n, idea, champion, verdict);
         a.ratio = Some(ratio);
-        a.ci95 = Some([ratio - half, ratio + half]);
+        a.interval = Some([ratio - half, ratio + half]);
         a
     }
 

@@ -12,11 +12,11 @@ use crate::agent::{make_agent, Agent};
 use crate::bench::arm::built_arm;
 use crate::bench::environment;
 use crate::bench::meter::{MeterEvent, MeterSource};
-use crate::session::Session;
 use crate::clock::now_utc;
 use crate::record::gitops::RunRepo;
 use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, RunStatus};
 use crate::record::knowledge::KnowledgeBase;
+use crate::session::Session;
 
 /// A run opened from its journal: new (`fresh`) or resumed.
 pub(super) struct Opened {

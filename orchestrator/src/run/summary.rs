@@ -18,7 +18,7 @@ impl Loop<'_> {
                 hypothesis: a.hypothesis.clone(),
                 verdict: a.verdict,
                 ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
-                ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+                interval: a.vs_champion.as_ref().and_then(|c| c.ratio_interval),
                 ci_level: a.vs_champion.as_ref().map_or(0.95, |c| c.ci_level),
                 playbook_id: a.playbook_id.clone(),
                 champion: a.champion.clone(),
@@ -51,7 +51,7 @@ impl Loop<'_> {
                 a.number,
                 a.verdict,
                 fmt_ratio(c.and_then(|c| c.ratio_median)),
-                fmt_ci(c.and_then(|c| c.ratio_ci95)),
+                fmt_ci(c.and_then(|c| c.ratio_interval)),
                 a.hypothesis
             );
         }
@@ -94,7 +94,7 @@ pub fn lesson_of(run: &str, a: &AttemptRecord) -> Option<Lesson> {
         playbook_id: a.playbook_id.clone(),
         verdict: a.verdict,
         ratio: a.vs_champion.as_ref().and_then(|c| c.ratio_median),
-        ci95: a.vs_champion.as_ref().and_then(|c| c.ratio_ci95),
+        interval: a.vs_champion.as_ref().and_then(|c| c.ratio_interval),
         meter,
         champion: a.champion.clone(),
         attempt_ref: a.attempt_ref.clone(),

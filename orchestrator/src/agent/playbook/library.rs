@@ -260,7 +260,6 @@ pub(crate) mod tests {
         compiles(&files).unwrap();
     }
 
-
     #[test]
     fn an_entry_out_of_range_is_named_with_its_file() {
         let dir = tempfile::tempdir().unwrap();

@@ -231,7 +231,7 @@ mod tests {
         };
         let mut a = AttemptSummary::measured(n, &idea, champion, verdict);
         a.ratio = Some(ratio);
-        a.ci95 = Some(ci);
+        a.interval = Some(ci);
         a
     }
 

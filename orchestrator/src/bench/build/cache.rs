@@ -38,7 +38,12 @@ pub(super) struct Manifest {
 
 /// The cached binary, if its manifest vouches for it; an entry without a
 /// manifest or whose binary changed since is removed.
-pub(super) fn reuse(dir: &Path, manifest: &Path, binary: &Path, source_hash: &str) -> Option<String> {
+pub(super) fn reuse(
+    dir: &Path,
+    manifest: &Path,
+    binary: &Path,
+    source_hash: &str,
+) -> Option<String> {
     if !binary.is_file() {
         return None;
     }

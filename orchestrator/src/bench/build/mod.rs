@@ -20,12 +20,12 @@ use crate::bench::cgroup::{self, Cgroup};
 
 mod cache;
 mod sources;
+use crate::bench::privilege;
+use crate::bench::secrets;
 pub use cache::cache_dir;
 use cache::{reuse, Manifest};
 use sources::copy_sources;
 pub use sources::{hash_file, hash_sources, hex};
-use crate::bench::privilege;
-use crate::bench::secrets;
 
 #[derive(Clone, Debug)]
 pub struct Built {

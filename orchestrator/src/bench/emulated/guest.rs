@@ -11,6 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bench::arm::Arm;
+use crate::bench::config::GateConfig;
+use crate::bench::config::Schedule;
 use crate::bench::contract::Contract;
 use crate::bench::emulated::batch::{self, BatchSettings};
 use crate::bench::launch::ServerCommand;
@@ -20,8 +22,6 @@ use crate::bench::ration::{RegimeRecord, SaturationConfig};
 use crate::bench::samples::Samples;
 use crate::bench::schedule::Trial;
 use crate::bench::trial::{DuetSettings, TrialSettings};
-use crate::bench::config::GateConfig;
-use crate::bench::schedule::Schedule;
 
 /// Where the guest's init puts the plan, and where ratchet is.
 pub const PLAN_PATH: &str = "/plan.json";

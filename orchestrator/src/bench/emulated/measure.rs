@@ -20,12 +20,12 @@ use super::marks::Marks;
 use super::vm::{self, Ending};
 use super::Emulator;
 use crate::bench::arm::Arm;
+use crate::bench::config::GateConfig;
+use crate::bench::config::Schedule;
 use crate::bench::emulated::batch::BatchSettings;
 use crate::bench::ration::{Regime, RegimeRecord};
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::trial::{failed_start, EmulatedCounts, Measurement, TrialSettings};
-use crate::bench::config::GateConfig;
-use crate::bench::schedule::Schedule;
 
 /// How many guests share `samples`: one per host core unless configured,
 /// and never more than there are samples.

@@ -48,7 +48,7 @@ impl Replayer<'_> {
                 recorded: a.verdict,
                 replayed: AttemptVerdict::Skipped,
                 ratio: None,
-                ci95: None,
+                interval: None,
                 extended: false,
                 note: None,
                 agrees: None,
@@ -147,7 +147,7 @@ impl Replayer<'_> {
             settings,
         )?;
         d.ratio = j.vs_champion().and_then(|c| c.ratio_median);
-        d.ci95 = j.vs_champion().and_then(|c| c.ratio_ci95);
+        d.interval = j.vs_champion().and_then(|c| c.ratio_interval);
         d.extended = j.extended;
         Ok(match (j.verdict, j.candidate) {
             (AttemptVerdict::Keep, Some(arm)) => Outcome::Kept(tree, arm),

@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::environment::{self, Fingerprint};
 use crate::bench::samples::Samples;
-use crate::session::Session;
 use crate::record::lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};
 use crate::referee::format::{arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
 use crate::referee::verdict::{AttemptVerdict, Verdict};
 use crate::review::progress;
+use crate::session::Session;
 
 mod decisions;
 pub use decisions::{decisions_heading, disagreements};
@@ -33,7 +33,8 @@ pub struct KeepReplay {
     pub attempt: usize,
     pub hypothesis: String,
     pub recorded_ratio: Option<f64>,
-    pub recorded_ci95: Option<[f64; 2]>,
+    #[serde(alias = "recorded_ci95")]
+    pub recorded_interval: Option<[f64; 2]>,
     /// Against its predecessor, in this replay.
     pub replayed: Comparison,
     /// The keep rule's verdict holds again: `better` at the run's threshold.
@@ -46,8 +47,8 @@ impl KeepReplay {
     pub fn cells(&self) -> [String; 6] {
         [
             self.attempt.to_string(),
-            fmt_estimate(self.recorded_ratio, self.recorded_ci95),
-            fmt_estimate(self.replayed.ratio_median, self.replayed.ratio_ci95),
+            fmt_estimate(self.recorded_ratio, self.recorded_interval),
+            fmt_estimate(self.replayed.ratio_median, self.replayed.ratio_interval),
             self.replayed.verdict.name().to_string(),
             if self.reproduced { "yes" } else { "NO" }.to_string(),
             self.hypothesis.clone(),
@@ -73,7 +74,8 @@ pub struct DecisionReplay {
     pub recorded: AttemptVerdict,
     pub replayed: AttemptVerdict,
     pub ratio: Option<f64>,
-    pub ci95: Option<[f64; 2]>,
+    #[serde(alias = "ci95")]
+    pub interval: Option<[f64; 2]>,
     pub extended: bool,
     pub note: Option<String>,
     /// None when the attempt had nothing to re-apply.
@@ -200,7 +202,7 @@ impl Replayer<'_> {
                     attempt: step.attempt,
                     hypothesis: step.hypothesis.clone(),
                     recorded_ratio: step.ratio,
-                    recorded_ci95: step.ci95,
+                    recorded_interval: step.interval,
                     reproduced: replayed.verdict == Verdict::Better,
                     replayed,
                 }
@@ -304,7 +306,7 @@ pub fn render(r: &ReplayRecord) -> String {
                 d.recorded,
                 d.replayed,
                 fmt_ratio(d.ratio),
-                fmt_ci(d.ci95),
+                fmt_ci(d.interval),
                 match d.agrees {
                     Some(false) => "DIFFERS ",
                     _ => "",
