@@ -36,7 +36,7 @@ fn control_and_treatment_pass_the_gate() {
     let env = &report["environment"];
     assert_eq!(env["control_source_sha256"].as_str().unwrap().len(), 64);
     assert_eq!(env["treatment_source_sha256"].as_str().unwrap().len(), 64);
-    assert!(report["comparisons"][0]["ratio_ci95"].is_array());
+    assert!(report["comparisons"][0]["ratio_interval"].is_array());
 }
 
 /// An A/A comparison must never promote and must land near 1. It is not

@@ -125,7 +125,7 @@ fn log_reads_the_lineage_from_git_and_every_attempt_from_its_ref() {
         assert_eq!(step["hypothesis"].as_str().unwrap(), subject);
         let ratio = f(&step["ratio"]);
         assert!(ratio < 0.7, "a planted keep has ratio {ratio}");
-        let [lo, hi] = [f(&step["ci95"][0]), f(&step["ci95"][1])];
+        let [lo, hi] = [f(&step["interval"][0]), f(&step["interval"][1])];
         assert!(lo <= ratio && ratio <= hi);
         product *= ratio;
         assert!((f(&step["cumulative"]) - product).abs() < 1e-3);
@@ -357,7 +357,7 @@ fn the_report_is_self_contained_and_every_chart_is_drawn() {
     );
     // The shares by DSO come from a report with no cut: they account for
     // every sample, the long tail of small kernel symbols included.
-    let profiles = r.root.join("knowledge-base").join("profiles");
+    let profiles = r.root.join("results").join(&r.id).join("profiles");
     let mut seen = 0;
     for file in std::fs::read_dir(&profiles).unwrap() {
         let profile: Value =
@@ -430,7 +430,7 @@ fn ablate_reports_the_planted_useless_change_as_contributing_nothing() {
     // one 400 ms block of it varies by up to a quarter here, so the median
     // of three could land anywhere in that range (1.30 on one CI machine).
     let a = json_of(&r.root, &["ablate", &r.id, "--blocks", "6", "--json"]);
-    assert_eq!(a["blocks"], 6, "{a}");
+    assert_eq!(a["sample_count"], 6, "{a}");
     let c = a["contributions"].as_array().unwrap();
     assert_eq!(c.len(), 2, "{a}");
     assert_eq!(c[0]["attempt"], 1);
