@@ -161,6 +161,9 @@ pub struct ProposalContext {
     pub contract_request: String,
     pub contract_response: String,
     pub allowed_paths: Vec<String>,
+    /// How the treatment is built, read from its Makefile
+    /// ([`crate::bench::build::described`]).
+    pub build: String,
     pub worktree: PathBuf,
 }
 
@@ -182,6 +185,7 @@ impl ProposalContext {
             contract_request: String::new(),
             contract_response: String::new(),
             allowed_paths: vec!["treatment/*.c".into()],
+            build: "its Makefile".into(),
             worktree: worktree.to_path_buf(),
         }
     }

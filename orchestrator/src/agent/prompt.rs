@@ -65,9 +65,10 @@ fn required(ctx: &ProposalContext) -> String {
     p += &format!(
         "# Rules\n\n- Exactly ONE hypothesis per reply: one idea, however many lines it touches.\n\
          - Edit only these paths: {}. Anything else rejects the attempt.\n\
-         - The build is `-O2 -Wall -Wextra -Werror` with liburing 2.3; warnings fail it.\n\
+         - The build is {}, with liburing 2.3; warnings fail it.\n\
          - Threads, processes or SQPOLL threads on other cores fail the gate (`off_core`).\n\n",
-        ctx.allowed_paths.join(", ")
+        ctx.allowed_paths.join(", "),
+        ctx.build
     );
     p += "# Champion source\n\n";
     for (path, text) in &ctx.files {

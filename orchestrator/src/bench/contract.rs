@@ -40,17 +40,6 @@ impl Failure {
         Failure::ExtraBytes,
     ];
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Failure::Connect => "connect",
-            Failure::Reset => "reset",
-            Failure::Timeout => "timeout",
-            Failure::Truncated => "truncated",
-            Failure::WrongBytes => "wrong_bytes",
-            Failure::ExtraBytes => "extra_bytes",
-        }
-    }
-
     pub fn index(self) -> usize {
         self as usize
     }

@@ -50,6 +50,74 @@ impl GateEvidence {
     }
 }
 
+/// Why a gate counts against a trial: a failure class of its connections,
+/// or a rule of the gate it broke. Records spell each in snake_case, as
+/// they always have; the variants are in that spelling's order, so a
+/// record's reasons stay in the order they always had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateReason {
+    Connect,
+    DeferredClose,
+    DeferredWork,
+    ExtraBytes,
+    NoListen,
+    OffCore,
+    Reset,
+    ServerExited,
+    Timeout,
+    TooFewCompleted,
+    Truncated,
+    WrongBytes,
+}
+
+impl GateReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            GateReason::Connect => "connect",
+            GateReason::DeferredClose => "deferred_close",
+            GateReason::DeferredWork => "deferred_work",
+            GateReason::ExtraBytes => "extra_bytes",
+            GateReason::NoListen => "no_listen",
+            GateReason::OffCore => "off_core",
+            GateReason::Reset => "reset",
+            GateReason::ServerExited => "server_exited",
+            GateReason::Timeout => "timeout",
+            GateReason::TooFewCompleted => "too_few_completed",
+            GateReason::Truncated => "truncated",
+            GateReason::WrongBytes => "wrong_bytes",
+        }
+    }
+}
+
+impl From<Failure> for GateReason {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Connect => GateReason::Connect,
+            Failure::Reset => GateReason::Reset,
+            Failure::Timeout => GateReason::Timeout,
+            Failure::Truncated => GateReason::Truncated,
+            Failure::WrongBytes => GateReason::WrongBytes,
+            Failure::ExtraBytes => GateReason::ExtraBytes,
+        }
+    }
+}
+
+impl std::fmt::Display for GateReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Reasons as the tables print them: `{"reset": 20, "timeout": 1}`.
+pub fn fmt_reasons(reasons: &BTreeMap<GateReason, u64>) -> String {
+    let items: Vec<String> = reasons
+        .iter()
+        .map(|(k, v)| format!("{:?}: {v}", k.name()))
+        .collect();
+    format!("{{{}}}", items.join(", "))
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct GateResult {
     pub passed: bool,
@@ -58,7 +126,7 @@ pub struct GateResult {
     pub failures: u64,
     pub failure_rate: f64,
     /// Failure classes and gate violations with their counts (off_core in ns).
-    pub reasons: BTreeMap<String, u64>,
+    pub reasons: BTreeMap<GateReason, u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub detail: Vec<String>,
 }
@@ -73,13 +141,13 @@ pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
     let mut reasons = BTreeMap::new();
     for f in Failure::ALL {
         if e.failures[f.index()] > 0 {
-            reasons.insert(f.name().to_string(), e.failures[f.index()]);
+            reasons.insert(f.into(), e.failures[f.index()]);
         }
     }
     let mut detail = Vec::new();
     let mut violated = false;
     if let Some(err) = &e.start_error {
-        reasons.insert("no_listen".into(), 1);
+        reasons.insert(GateReason::NoListen, 1);
         detail.push(err.clone());
         violated = true;
     } else {
@@ -91,7 +159,7 @@ pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
             violated = true;
         }
         if e.window_completed < cfg.min_completed {
-            reasons.insert("too_few_completed".into(), e.window_completed);
+            reasons.insert(GateReason::TooFewCompleted, e.window_completed);
             detail.push(format!(
                 "{} connections completed in the window, gate.min_completed is {}",
                 e.window_completed, cfg.min_completed
@@ -99,12 +167,12 @@ pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
             violated = true;
         }
         if !e.alive {
-            reasons.insert("server_exited".into(), 1);
+            reasons.insert(GateReason::ServerExited, 1);
             detail.push("the server exited during the trial".into());
             violated = true;
         }
         if e.off_core_ns > 0 {
-            reasons.insert("off_core".into(), e.off_core_ns);
+            reasons.insert(GateReason::OffCore, e.off_core_ns);
             detail.push(format!(
                 "the server ran {} ns on cores other than the SUT core",
                 e.off_core_ns
@@ -112,7 +180,7 @@ pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
             violated = true;
         }
         if e.deferred_work_ns > 0 {
-            reasons.insert("deferred_work".into(), e.deferred_work_ns);
+            reasons.insert(GateReason::DeferredWork, e.deferred_work_ns);
             detail.push(format!(
                 "the server ran {} ns between its measured windows, while no client waited on it: work deferred out of the count",
                 e.deferred_work_ns
@@ -120,7 +188,7 @@ pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
             violated = true;
         }
         if e.held_connections > 0 {
-            reasons.insert("deferred_close".into(), e.held_connections);
+            reasons.insert(GateReason::DeferredClose, e.held_connections);
             detail.push(format!(
                 "the server still held {} connections after every client was done: teardown deferred out of the measured window",
                 e.held_connections
@@ -151,7 +219,7 @@ pub fn combine(results: &[GateResult]) -> GateResult {
         out.completed += r.completed;
         out.failures += r.failures;
         for (k, v) in &r.reasons {
-            *out.reasons.entry(k.clone()).or_default() += v;
+            *out.reasons.entry(*k).or_default() += v;
         }
         for d in &r.detail {
             if !out.detail.contains(d) {
@@ -171,6 +239,44 @@ pub fn combine(results: &[GateResult]) -> GateResult {
 mod tests {
     use super::*;
 
+    #[test]
+    fn reasons_keep_the_names_records_have_always_had() {
+        let all = [
+            GateReason::Connect,
+            GateReason::DeferredClose,
+            GateReason::DeferredWork,
+            GateReason::ExtraBytes,
+            GateReason::NoListen,
+            GateReason::OffCore,
+            GateReason::Reset,
+            GateReason::ServerExited,
+            GateReason::Timeout,
+            GateReason::TooFewCompleted,
+            GateReason::Truncated,
+            GateReason::WrongBytes,
+        ];
+        for r in all {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+        }
+        let names: Vec<&str> = all.iter().map(|r| r.name()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted, "variants in the order of their names");
+        for f in Failure::ALL {
+            assert_eq!(serde_json::to_value(f).unwrap(), GateReason::from(f).name());
+        }
+        let old: GateResult = serde_json::from_str(
+            r#"{"passed":false,"attempts":9,"completed":8,"failures":1,"failure_rate":0.1,
+                "reasons":{"deferred_work":40,"too_few_completed":8}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.reasons[&GateReason::DeferredWork], 40);
+        assert_eq!(
+            fmt_reasons(&old.reasons),
+            r#"{"deferred_work": 40, "too_few_completed": 8}"#
+        );
+    }
+
     fn healthy() -> GateEvidence {
         GateEvidence {
             attempts: 100_000,
@@ -187,7 +293,7 @@ mod tests {
         e.held_connections = 3;
         let g = check(&e, &GateConfig::default());
         assert!(!g.passed);
-        assert_eq!(g.reasons["deferred_close"], 3);
+        assert_eq!(g.reasons[&GateReason::DeferredClose], 3);
     }
 
     #[test]
@@ -203,12 +309,13 @@ mod tests {
         e.failures[Failure::Reset.index()] = 10; // exactly 1e-4
         let g = check(&e, &GateConfig::default());
         assert!(!g.passed);
-        assert_eq!(g.reasons["reset"], 10);
+        assert_eq!(g.reasons[&GateReason::Reset], 10);
         e.failures[Failure::Reset.index()] = 9;
         let g = check(&e, &GateConfig::default());
         assert!(g.passed, "9 in 100000 is below 1e-4: {g:?}");
         assert_eq!(
-            g.reasons["reset"], 9,
+            g.reasons[&GateReason::Reset],
+            9,
             "failures are reported even when tolerated"
         );
     }
@@ -218,10 +325,12 @@ mod tests {
         let cfg = GateConfig::default();
         let mut e = healthy();
         e.alive = false;
-        assert!(check(&e, &cfg).reasons.contains_key("server_exited"));
+        assert!(check(&e, &cfg)
+            .reasons
+            .contains_key(&GateReason::ServerExited));
         let mut e = healthy();
         e.off_core_ns = 5;
-        assert_eq!(check(&e, &cfg).reasons["off_core"], 5);
+        assert_eq!(check(&e, &cfg).reasons[&GateReason::OffCore], 5);
         let mut e = healthy();
         e.window_completed = 3;
         assert!(!check(&e, &cfg).passed);
@@ -230,7 +339,7 @@ mod tests {
             ..Default::default()
         };
         let g = check(&e, &cfg);
-        assert!(!g.passed && g.reasons.contains_key("no_listen"));
+        assert!(!g.passed && g.reasons.contains_key(&GateReason::NoListen));
     }
 
     #[test]

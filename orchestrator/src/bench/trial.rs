@@ -124,8 +124,8 @@ pub fn smoke(
     let m = run_trial(server, plan, &smoke)?;
     Ok((!m.gate.passed).then(|| {
         format!(
-            "smoke run failed the gate: {:?} {}",
-            m.gate.reasons,
+            "smoke run failed the gate: {} {}",
+            gate::fmt_reasons(&m.gate.reasons),
             m.gate.detail.join("; ")
         )
     }))

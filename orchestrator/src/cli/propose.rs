@@ -162,6 +162,7 @@ fn context(
         contract_request: config.contract.request.clone(),
         contract_response: config.contract.response.clone(),
         allowed_paths: config.run.allowed_paths.clone(),
+        build: crate::bench::build::described(treatment),
         worktree: root.to_path_buf(),
     })
 }

@@ -366,7 +366,7 @@ mod tests {
         use crate::bench::screen::{Dropped, Stage};
         let mut s = samples(&[Some(1.0); 6], &[None; 6]);
         let mut reasons = std::collections::BTreeMap::new();
-        reasons.insert("wrong_bytes".to_string(), 3);
+        reasons.insert(gate::GateReason::WrongBytes, 3);
         let verdict = GateResult {
             passed: false,
             attempts: 3,
@@ -383,7 +383,11 @@ mod tests {
         ];
         let gate = s.gate(1);
         assert!(!gate.passed);
-        assert_eq!(gate.reasons["wrong_bytes"], 3, "not once per sample");
+        assert_eq!(
+            gate.reasons[&gate::GateReason::WrongBytes],
+            3,
+            "not once per sample"
+        );
         assert!(gate.detail[0].contains("dropped alone, before the probe"));
         assert!(s.gate(0).passed);
         assert_eq!(s.compare(1, 0, 0.03).verdict, Verdict::Invalid);

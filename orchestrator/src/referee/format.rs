@@ -194,13 +194,13 @@ fn arm_notes(a: &ArmSummary, samples: usize, w: usize) -> String {
     }
     if !a.gate.passed || !a.gate.reasons.is_empty() {
         out += &format!(
-            "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {:?}\n",
+            "{:<w$} attempts {} completed {} failures {} (rate {:.6}) {}\n",
             "",
             a.gate.attempts,
             a.gate.completed,
             a.gate.failures,
             a.gate.failure_rate,
-            a.gate.reasons
+            crate::bench::gate::fmt_reasons(&a.gate.reasons)
         );
         for d in a.gate.detail.iter().take(3) {
             out += &format!("{:<w$} {}\n", "", d.lines().next().unwrap_or(""));
@@ -369,7 +369,9 @@ mod tests {
             failure_rate: 20.0 / 900.0,
             ..Default::default()
         };
-        failed.reasons.insert("reset".into(), 20);
+        failed
+            .reasons
+            .insert(crate::bench::gate::GateReason::Reset, 20);
         failed.detail = ["one\nsecond line", "two", "three", "four"]
             .map(String::from)
             .into();

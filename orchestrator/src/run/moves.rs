@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::search::{stack_idea, View};
+use super::own_moves::{stack_idea, View};
 use super::Loop;
 use crate::agent::{AttemptSummary, Origin};
 use crate::record::journal::{AttemptRecord, ChampionRecord};

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::iterate::Attempt;
 use super::moves::Refusal;
-use super::search::LoopMove;
+use super::own_moves::LoopMove;
 use super::{scope, Loop};
 use crate::agent::edit::Edit;
 use crate::agent::{AgentFailure, Origin, Proposal, ProposalContext, Proposed, Usage};
@@ -123,6 +123,7 @@ impl Loop<'_> {
             contract_request: self.config().contract.request.clone(),
             contract_response: self.config().contract.response.clone(),
             allowed_paths: self.config().run.allowed_paths.clone(),
+            build: crate::bench::build::described(&self.treatment_in_worktree()),
             worktree: self.git.path.clone(),
         })
     }

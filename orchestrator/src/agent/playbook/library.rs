@@ -178,15 +178,20 @@ pub(crate) mod tests {
         BTreeMap::from([("treatment/server.c".to_string(), text)])
     }
 
-    /// Compiles a treatment with the harness's own flags.
+    /// Builds a treatment with the treatment's own Makefile, the one
+    /// statement of its flags.
     fn compiles(files: &BTreeMap<String, String>) -> Result<(), String> {
         let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("server.c");
-        std::fs::write(&src, &files["treatment/server.c"]).unwrap();
-        let out = Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-c", "-o"])
-            .arg(dir.path().join("server.o"))
-            .arg(&src)
+        std::fs::copy(
+            root().join("treatment/Makefile"),
+            dir.path().join("Makefile"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("server.c"), &files["treatment/server.c"]).unwrap();
+        let out = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(dir.path())
             .output()
             .unwrap();
         if out.status.success() {

@@ -25,7 +25,7 @@ use crate::bench::secrets;
 pub use cache::cache_dir;
 use cache::{reuse, Manifest};
 use sources::copy_sources;
-pub use sources::{hash_file, hash_sources, hex};
+pub use sources::{described, hash_file, hash_sources, hex};
 
 #[derive(Clone, Debug)]
 pub struct Built {

@@ -59,3 +59,46 @@ pub(super) fn copy_sources(src: &Path, to: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// The compiler flags a source directory's Makefile sets (`CFLAGS ?= ...`):
+/// the Makefile is their one statement, and the agents are told them from it.
+pub fn makefile_cflags(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("Makefile")).ok()?;
+    text.lines().find_map(|l| {
+        let rest = l.trim_start().strip_prefix("CFLAGS")?;
+        let value = rest
+            .trim_start()
+            .trim_start_matches(['?', ':', '+'])
+            .strip_prefix('=')?;
+        Some(value.trim().to_string())
+    })
+}
+
+/// How the treatment in `dir` is built, in the words the agents are given.
+pub fn described(dir: &Path) -> String {
+    match makefile_cflags(dir) {
+        Some(flags) => format!("its Makefile (`cc {flags}`)"),
+        None => "its Makefile".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_are_told_the_flags_the_makefile_sets() {
+        let treatment = Path::new(env!("CARGO_MANIFEST_DIR")).join("../treatment");
+        let flags = makefile_cflags(&treatment).unwrap();
+        assert!(
+            flags.contains("-Werror") && flags.contains("-O2"),
+            "{flags}"
+        );
+        assert_eq!(
+            described(&treatment),
+            format!("its Makefile (`cc {flags}`)")
+        );
+        let none = tempfile::tempdir().unwrap();
+        assert_eq!(described(none.path()), "its Makefile");
+    }
+}

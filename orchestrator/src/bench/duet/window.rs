@@ -275,7 +275,7 @@ mod tests {
         tally.close(0, &t, true, &rules);
         let last = &tally.trials[0][1];
         assert!(!last.gate.passed);
-        assert_eq!(last.gate.reasons["timeout"], 1);
+        assert_eq!(last.gate.reasons[&gate::GateReason::Timeout], 1);
         assert_eq!(last.cost_per_connection, None);
         assert_eq!(tally.trials[0][0].cost_per_connection, Some(7.0));
     }
