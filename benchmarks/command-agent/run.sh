@@ -154,14 +154,13 @@ status=${PIPESTATUS[0]}
 set -e
 log "ratchet exited $status after $(( $(date +%s) - t0 )) s"
 
-# What the run left: its results directory, what it wrote to the knowledge
-# base, and its git refs.
+# What the run left: its results directory (its lessons and profiles among
+# them), the clone's status, and its git refs.
 mkdir -p "$out/results"
 for d in $(ls "$work/repo/results" 2>/dev/null); do
   grep -qxF "$d" "$work/results-before" || cp -a "$work/repo/results/$d" "$out/results/"
 done
 git -C "$work/repo" status --short > "$out/clone-status.txt"
-git -C "$work/repo" diff -- knowledge-base lessons.md > "$out/clone-knowledge.diff"
 git -C "$work/repo" for-each-ref refs/ratchet > "$out/clone-refs.txt"
 for ref in $(git -C "$work/repo" for-each-ref --format='%(refname)' 'refs/ratchet/*/attempts/*'); do
   git -C "$work/repo" show --stat --patch "$ref" > "$out/$(echo "${ref#refs/ratchet/}" | tr / -).patch"
