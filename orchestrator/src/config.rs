@@ -16,6 +16,7 @@ use crate::bench::config::{
 use crate::bench::emulated::EmulatorConfig;
 use crate::bench::meter::MeterConfig;
 use crate::bench::ration::SaturationConfig;
+use crate::bench::target::TargetConfig;
 use crate::bench::trial::TrialSettings;
 use crate::check::range;
 use crate::referee::config::CompareConfig;
@@ -23,6 +24,7 @@ use crate::referee::config::CompareConfig;
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    pub target: TargetConfig,
     pub contract: ContractConfig,
     pub machine: MachineConfig,
     pub load: LoadConfig,
@@ -65,6 +67,9 @@ impl Default for MachineConfig {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PathsConfig {
+    /// The repository's root, from this file's directory; every other
+    /// path is from the root.
+    pub root: PathBuf,
     pub treatment: PathBuf,
     pub control: PathBuf,
     pub results: PathBuf,
@@ -74,6 +79,7 @@ pub struct PathsConfig {
 impl Default for PathsConfig {
     fn default() -> Self {
         Self {
+            root: ".".into(),
             treatment: "treatment".into(),
             control: "control".into(),
             results: "results".into(),
@@ -139,11 +145,7 @@ impl RunConfig {
             50.0,
             600_000.0,
         )?;
-        if self.allowed_paths.is_empty() {
-            bail!(
-                "run.allowed_paths must name at least one pattern, for example \"treatment/*.c\""
-            );
-        }
+        crate::glob::Globs::new("run.allowed_paths", &self.allowed_paths)?;
         Ok(())
     }
 }
@@ -169,6 +171,7 @@ impl Config {
     /// Every section checks its own fields where it is defined; the
     /// sections the loop owns are checked here.
     fn validate(&self) -> Result<()> {
+        self.target.validate()?;
         self.contract.validate()?;
         self.machine.validate()?;
         self.load.validate()?;

@@ -154,15 +154,41 @@ fn regime(config: &Config, containment: &crate::bench::cgroup::Containment) -> C
     }
 }
 
+/// Whether the program that builds the target is here. The io_uring
+/// probes run only for a target that says it uses io_uring.
+fn build_program(config: &Config) -> Check {
+    let program = &config.target.build[0];
+    let found = Command::new("sh")
+        .args(["-c", "command -v \"$1\"", "sh", program])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    check(
+        found,
+        "target build",
+        if found {
+            format!(
+                "`{}` ({} server)",
+                config.target.build.join(" "),
+                config.target.language
+            )
+        } else {
+            format!("target.build: `{program}` not found on PATH")
+        },
+    )
+}
+
 pub fn run(config: &Config) -> Vec<Check> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut checks = vec![check(true, "kernel", environment::kernel())];
-    checks.extend(uring_features());
-    checks.push(check(
-        Path::new("/usr/include/liburing.h").exists(),
-        "liburing",
-        format!("liburing-dev {}", environment::liburing_version()),
-    ));
+    checks.push(build_program(config));
+    if config.target.io_uring {
+        checks.extend(uring_features());
+        checks.push(check(
+            Path::new("/usr/include/liburing.h").exists(),
+            "liburing",
+            format!("liburing-dev {}", environment::liburing_version()),
+        ));
+    }
     match config.sut_core(cores) {
         Ok(sut) => checks.extend(core_checks(config, cores, sut)),
         Err(e) => checks.push(check(false, "cores", format!("{e:#}"))),

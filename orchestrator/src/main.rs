@@ -15,6 +15,7 @@ mod clock;
 mod config;
 mod doctor;
 mod files;
+mod glob;
 mod interrupt;
 mod record;
 mod referee;

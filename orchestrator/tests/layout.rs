@@ -89,6 +89,7 @@ fn stage(module: &str) -> &str {
 const STAGES: &[(&str, u32)] = &[
     ("check", 0),
     ("files", 0),
+    ("glob", 0),
     ("clock", 0),
     ("interrupt", 0),
     ("bench", 1),

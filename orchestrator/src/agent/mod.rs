@@ -16,6 +16,8 @@ pub mod scratch;
 pub mod search;
 pub mod structured;
 
+use crate::bench::config::ContractConfig;
+use crate::bench::target::TargetConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -158,8 +160,9 @@ pub struct ProposalContext {
     pub retries_left: usize,
     pub lessons: String,
     pub profile: Option<String>,
-    pub contract_request: String,
-    pub contract_response: String,
+    pub contract: ContractConfig,
+    /// What the server is, in its user's words.
+    pub target: TargetConfig,
     pub allowed_paths: Vec<String>,
     /// How the treatment is built, read from its Makefile
     /// ([`crate::bench::build::described`]).
@@ -182,8 +185,8 @@ impl ProposalContext {
             retries_left: 10,
             lessons: String::new(),
             profile: None,
-            contract_request: String::new(),
-            contract_response: String::new(),
+            contract: ContractConfig::default(),
+            target: TargetConfig::default(),
             allowed_paths: vec!["treatment/*.c".into()],
             build: "its Makefile".into(),
             worktree: worktree.to_path_buf(),

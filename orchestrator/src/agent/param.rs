@@ -28,7 +28,8 @@ pub enum Scale {
 pub struct Param {
     /// The `#define` whose value the idea sets.
     pub define: String,
-    #[serde(default = "default_path")]
+    /// The repository-relative file holding the `#define`: named in
+    /// every entry, since no file is every target's.
     pub path: String,
     pub min: i64,
     pub max: i64,
@@ -48,9 +49,6 @@ pub struct Param {
     pub values: Vec<i64>,
 }
 
-fn default_path() -> String {
-    "treatment/server.c".into()
-}
 fn one() -> i64 {
     1
 }
@@ -200,7 +198,7 @@ mod tests {
     fn table() -> Param {
         Param {
             define: "FILE_TABLE".into(),
-            path: default_path(),
+            path: "treatment/server.c".into(),
             min: 256,
             max: 16384,
             scale: Scale::Log2,

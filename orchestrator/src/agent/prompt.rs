@@ -15,6 +15,8 @@
 
 use super::budget::{self, Budget, Keep, Optional, Overflow};
 use super::{Origin, ProposalContext};
+use crate::bench::config::ContractConfig;
+use crate::bench::contract::Closer;
 
 /// Display order of the optional parts.
 const LESSONS: usize = 0;
@@ -52,29 +54,60 @@ pub fn required_only(ctx: &ProposalContext, reply_format: &str) -> String {
 
 fn required(ctx: &ProposalContext) -> String {
     let mut p = String::new();
-    p += "# Goal\n\nLower the CPU cost per connection of a C io_uring TCP server (the treatment). \
-          A referee you cannot touch builds your change, pins it to one core, drives short-lived \
-          connections at it, validates every response byte, and keeps the change only if the cost \
-          per connection falls by at least the threshold, measured side by side with the current \
-          champion and a Go control.\n\n";
+    let t = &ctx.target;
     p += &format!(
-        "# Contract\n\nPer connection: accept, read the request, write exactly the response, close \
-         (server-initiated FIN). Request bytes: {:?}\nResponse bytes: {:?}\n\n",
-        ctx.contract_request, ctx.contract_response
+        "# Goal\n\nLower the CPU cost per connection of a {} server (the treatment). {}\n\n\
+         A referee you cannot touch builds your change, pins it to one core, drives short-lived \
+         connections at it, validates every response byte, and keeps the change only if the cost \
+         per connection falls by at least the threshold, measured side by side with the current \
+         champion.\n\n",
+        t.language,
+        t.description.trim()
     );
+    p += &contract(&ctx.contract);
     p += &format!(
         "# Rules\n\n- Exactly ONE hypothesis per reply: one idea, however many lines it touches.\n\
          - Edit only these paths: {}. Anything else rejects the attempt.\n\
-         - The build is {}, with liburing 2.3; warnings fail it.\n\
+         - The build is {}; a build that fails rejects the attempt.\n\
          - Threads, processes or SQPOLL threads on other cores fail the gate (`off_core`).\n\n",
         ctx.allowed_paths.join(", "),
         ctx.build
     );
     p += "# Champion source\n\n";
     for (path, text) in &ctx.files {
-        p += &format!("## {path}\n\n```c\n{text}```\n\n");
+        p += &format!("## {path}\n\n```{}\n{text}```\n\n", t.fence());
     }
     p
+}
+
+/// The contract in the words a server's author needs: what one
+/// connection carries and who closes it.
+fn contract(c: &ContractConfig) -> String {
+    let per = match (c.requests_per_connection, c.closes) {
+        (1, Closer::Server) => "accept, read the request, write exactly the response, close \
+                               (server-initiated FIN)"
+            .to_string(),
+        (n, Closer::Server) => format!(
+            "accept, then {n} times: read a request, write exactly the response; then close \
+             (server-initiated FIN)"
+        ),
+        (n, Closer::Client) => format!(
+            "accept, then {n} times: read a request, write exactly the response (keep-alive; \
+             requests may arrive pipelined); the client then shuts down its side and the server \
+             closes, sending nothing more"
+        ),
+    };
+    let mut s = format!(
+        "# Contract\n\nPer connection: {per}. Request bytes: {:?}\nResponse bytes: {:?}\n",
+        c.request, c.response
+    );
+    for (name, shape) in &c.fields {
+        s += &format!(
+            "- {{{name}}} in the response varies: any {}\n",
+            shape.describe()
+        );
+    }
+    s + "\n"
 }
 
 fn history(ctx: &ProposalContext) -> Optional {

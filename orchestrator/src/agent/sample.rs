@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{Agent, AgentFailure, ProposalContext, Proposed, Round, Usage};
-use crate::bench::build::build_treatment;
+use crate::bench::build::build_overlaid;
+use crate::bench::target::TargetConfig;
 
 /// One proposal and how far it got.
 #[derive(Debug, Serialize)]
@@ -34,6 +35,7 @@ pub fn sample(
     ctx: &ProposalContext,
     treatment: &Path,
     prefix: &str,
+    target: &TargetConfig,
     cache: &Path,
 ) -> Result<Sample> {
     let t = Instant::now();
@@ -54,7 +56,7 @@ pub fn sample(
             s.hypothesis = Some(p.hypothesis.clone());
             s.usage = p.usage.clone();
             let files = super::edit::apply_all(&ctx.files, &p.edits)?;
-            match build_edited(treatment, prefix, &files, cache) {
+            match build_edited(treatment, prefix, &files, target, cache) {
                 Ok(()) => s.builds = Some(true),
                 Err(e) => {
                     s.builds = Some(false);
@@ -102,20 +104,24 @@ fn build_edited(
     treatment: &Path,
     prefix: &str,
     files: &BTreeMap<String, String>,
+    target: &TargetConfig,
     cache: &Path,
 ) -> Result<()> {
-    let copy = tempfile::tempdir()?;
-    for entry in std::fs::read_dir(treatment)? {
-        let entry = entry?;
-        if entry.file_type()?.is_file() {
-            std::fs::copy(entry.path(), copy.path().join(entry.file_name()))?;
-        }
-    }
-    for (path, text) in files {
-        let name = path.strip_prefix(prefix).unwrap_or(path);
-        std::fs::write(copy.path().join(name.trim_start_matches('/')), text)?;
-    }
-    build_treatment(copy.path(), cache, Duration::from_secs(120)).map(|_| ())
+    let relative = files
+        .iter()
+        .map(|(path, text)| {
+            let rel = path.strip_prefix(prefix).unwrap_or(path);
+            (rel.trim_start_matches('/').to_string(), text.clone())
+        })
+        .collect();
+    build_overlaid(
+        treatment,
+        &relative,
+        target,
+        cache,
+        Duration::from_secs(120),
+    )
+    .map(|_| ())
 }
 
 /// The shares over a set of samples, final and first-round.

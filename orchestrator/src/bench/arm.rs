@@ -5,6 +5,7 @@ use anyhow::{bail, Result};
 
 use crate::bench::build;
 use crate::bench::launch::ServerCommand;
+use crate::bench::target::TargetConfig;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArmSpec {
@@ -14,7 +15,8 @@ pub enum ArmSpec {
     Treatment,
     /// `treatment/` at a git revision.
     Rev(String),
-    /// Any prebuilt server, run through `sh -c`; ratchet appends `--port N`.
+    /// Any prebuilt server, run through `sh -c`; ratchet appends the
+    /// target's port arguments.
     Cmd(String),
     /// The treatment in the working tree with these playbook entries
     /// applied in order (`playbook:a+b`): a known combination measured with
@@ -53,15 +55,11 @@ pub struct Arm {
     pub binary_hash: Option<String>,
 }
 
-/// An arm that runs a built binary as it is.
-pub fn built_arm(label: &str, b: build::Built) -> Arm {
+/// An arm that runs a built binary of `target` as it is.
+pub fn built_arm(label: &str, b: build::Built, target: &TargetConfig) -> Arm {
     Arm {
         label: label.to_string(),
-        command: ServerCommand {
-            program: b.binary.clone(),
-            args: vec![],
-            env: vec![],
-        },
+        command: ServerCommand::new(b.binary.clone(), vec![], target),
         source_hash: Some(b.source_hash),
         binary_hash: Some(b.binary_hash),
     }

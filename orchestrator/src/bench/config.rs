@@ -6,8 +6,9 @@
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-use crate::bench::contract::Contract;
+use crate::bench::contract::{Closer, Contract, Shape, Template};
 use crate::bench::ration::SaturationConfig;
 use crate::check::range;
 
@@ -15,7 +16,12 @@ use crate::check::range;
 #[serde(deny_unknown_fields, default)]
 pub struct ContractConfig {
     pub request: String,
+    /// `{name}` is the variable part `fields[name]`; `{{` and `}}` are
+    /// literal braces.
     pub response: String,
+    pub requests_per_connection: u32,
+    pub closes: Closer,
+    pub fields: BTreeMap<String, Shape>,
 }
 
 impl Default for ContractConfig {
@@ -23,6 +29,9 @@ impl Default for ContractConfig {
         Self {
             request: "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".into(),
             response: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".into(),
+            requests_per_connection: 1,
+            closes: Closer::Server,
+            fields: BTreeMap::new(),
         }
     }
 }
@@ -35,13 +44,28 @@ impl ContractConfig {
         if self.response.is_empty() {
             bail!("contract.response must not be empty");
         }
+        range(
+            "contract.requests_per_connection",
+            self.requests_per_connection as f64,
+            1.0,
+            10_000.0,
+        )?;
+        self.template()?;
         Ok(())
+    }
+
+    fn template(&self) -> Result<Template> {
+        Template::parse("contract.response", &self.response, &self.fields)
     }
 
     pub fn contract(&self) -> Contract {
         Contract {
             request: self.request.as_bytes().to_vec(),
-            response: self.response.as_bytes().to_vec(),
+            response: self
+                .template()
+                .expect("validated when the configuration loaded"),
+            requests: self.requests_per_connection,
+            closer: self.closes,
         }
     }
 }

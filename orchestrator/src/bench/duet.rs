@@ -145,7 +145,7 @@ fn run_epoch(
         return Ok((trials, vec![vec![]; windows]));
     }
     let mut e = Epoch {
-        load: LoadGen::start(s.load_spec(&ports).for_live(live.len()))?,
+        load: LoadGen::start(s.load_spec(&addresses(arms, &ports)).for_live(live.len()))?,
         alive: vec![true; lives.len()],
         lives,
         live,
@@ -170,6 +170,14 @@ fn run_epoch(
 }
 
 /// How many slices of `slice` fill `length`: at least one.
+/// Where the load reaches each arm's server.
+fn addresses(arms: &[Arm], ports: &[u16]) -> Vec<std::net::SocketAddr> {
+    arms.iter()
+        .zip(ports)
+        .map(|(a, &p)| a.command.address(p))
+        .collect()
+}
+
 fn slices_in(length: Duration, slice: Duration) -> usize {
     (length.as_nanos() / slice.as_nanos().max(1)).max(1) as usize
 }

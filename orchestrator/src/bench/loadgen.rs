@@ -1,6 +1,7 @@
 //! The load generator: a closed loop holding a fixed number of short-lived
 //! connections in flight, on every core but the SUT core. Every connection is
-//! judged in full against the contract; its outcome lands in counters that the
+//! judged in full against the contract (each response of a keep-alive
+//! connection as it arrives, then its close); its outcome lands in counters that the
 //! trial snapshots at the same instants as the CPU counters, so cost per
 //! connection divides two numbers taken over the same window.
 //!
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
-use crate::bench::contract::{Contract, Failure, FailureCounts};
+use crate::bench::contract::{Closer, Contract, Failure, FailureCounts};
 
 #[derive(Clone, Debug)]
 pub struct LoadSpec {
@@ -309,7 +310,7 @@ fn new_histogram() -> Histogram<u64> {
 async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
     let mut latency: Vec<Histogram<u64>> =
         shared.counters.iter().map(|_| new_histogram()).collect();
-    let mut head = Vec::with_capacity(shared.spec.contract.head_len());
+    let mut buf = Vec::with_capacity(shared.spec.contract.response.max_len() + 1);
     while !shared.stop.load(Ordering::Acquire) {
         loop {
             shared.open.fetch_add(1, Ordering::AcqRel);
@@ -337,7 +338,7 @@ async fn client(shared: Arc<Shared>, id: usize) -> Vec<Histogram<u64>> {
         counters.attempts.fetch_add(1, Ordering::AcqRel);
         let outcome = tokio::time::timeout(
             shared.spec.timeout,
-            connection(&shared.spec, target, source, &mut head),
+            connection(&shared.spec, target, source, &mut buf),
         )
         .await
         .unwrap_or(Err(Failure::Timeout));
@@ -370,37 +371,63 @@ async fn connection(
     spec: &LoadSpec,
     target: usize,
     source: IpAddr,
-    head: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let socket = TcpSocket::new_v4().map_err(|_| Failure::Connect)?;
-    bind_address_no_port(&socket);
-    socket
-        .bind(SocketAddr::new(source, 0))
-        .map_err(|_| Failure::Connect)?;
-    let mut stream = socket
-        .connect(spec.targets[target])
-        .await
-        .map_err(|_| Failure::Connect)?;
-    stream
-        .write_all(&spec.contract.request)
-        .await
-        .map_err(|_| Failure::Reset)?;
-    head.clear();
-    let keep = spec.contract.head_len();
-    let mut total = 0usize;
-    let mut buf = [0u8; 4096];
+    let to = spec.targets[target];
+    let socket = if to.is_ipv4() {
+        let s = TcpSocket::new_v4().map_err(|_| Failure::Connect)?;
+        bind_address_no_port(&s);
+        s.bind(SocketAddr::new(source, 0))
+            .map_err(|_| Failure::Connect)?;
+        s
+    } else {
+        TcpSocket::new_v6().map_err(|_| Failure::Connect)?
+    };
+    let mut stream = socket.connect(to).await.map_err(|_| Failure::Connect)?;
+    let contract = &spec.contract;
+    for _ in 0..contract.requests {
+        stream
+            .write_all(&contract.request)
+            .await
+            .map_err(|_| Failure::Reset)?;
+        read_response(&mut stream, contract, buf).await?;
+    }
+    if contract.closer == Closer::Client {
+        stream.shutdown().await.map_err(|_| Failure::Reset)?;
+    }
+    let mut rest = [0u8; 64];
+    match stream.read(&mut rest).await {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(Failure::ExtraBytes),
+        Err(_) => Err(Failure::Reset),
+    }
+}
+
+/// Reads one whole response into `buf` and judges it as its bytes arrive.
+/// A byte beyond it, before the next request was sent, is extra: a server
+/// answers each request once.
+async fn read_response(
+    stream: &mut tokio::net::TcpStream,
+    contract: &Contract,
+    buf: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    buf.clear();
+    let mut chunk = [0u8; 4096];
     loop {
-        match stream.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => {
-                total += n;
-                let room = keep - head.len();
-                head.extend_from_slice(&buf[..n.min(room)]);
-            }
+        let n = match stream.read(&mut chunk).await {
+            Ok(0) => return Err(Failure::Truncated),
+            Ok(n) => n,
             Err(_) => return Err(Failure::Reset),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = contract.response_end(buf)? {
+            return if buf.len() > end {
+                Err(Failure::ExtraBytes)
+            } else {
+                Ok(())
+            };
         }
     }
-    spec.contract.check(head, total)
 }
 
 /// Lets the kernel pick the source port at connect time, knowing the whole

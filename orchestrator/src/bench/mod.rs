@@ -27,4 +27,5 @@ pub mod schedule;
 pub mod screen;
 pub mod secrets;
 pub mod source;
+pub mod target;
 pub mod trial;

@@ -100,7 +100,7 @@ fn probe_once(
     let mut ports = Vec::with_capacity(arms.len());
     for (i, arm) in arms.iter().enumerate() {
         let port = free_port()?;
-        ports.push(port);
+        ports.push(arm.command.address(port));
         if dropped.get(i).is_some_and(Option::is_some) {
             servers.push(None);
             continue;

@@ -3,32 +3,112 @@
 
 use std::collections::HashSet;
 use std::fs;
+use std::net::{IpAddr, Ipv6Addr};
 
-/// Inodes of IPv4 sockets listening on 127.0.0.1:`port` (or 0.0.0.0:`port`).
-pub fn listening_inodes(port: u16) -> HashSet<u64> {
-    let Ok(table) = fs::read_to_string("/proc/net/tcp") else {
-        return HashSet::new();
-    };
-    parse_listening(&table, port)
+use crate::bench::target::Family;
+
+/// A listening TCP socket, from `/proc/net/tcp` or `/proc/net/tcp6`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Listener {
+    addr: IpAddr,
+    port: u16,
+    inode: u64,
 }
 
-fn parse_listening(table: &str, port: u16) -> HashSet<u64> {
-    let wanted = [
-        format!("0100007F:{port:04X}"),
-        format!("00000000:{port:04X}"),
-    ];
+/// Every listening TCP socket of this network namespace, both families.
+fn listeners() -> Vec<Listener> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|t| fs::read_to_string(t).ok())
+        .flat_map(|t| parse_listening(&t))
+        .collect()
+}
+
+/// The listening rows of a table. The kernel prints an address as the
+/// in-memory words of its network-order bytes, each as a host-order hex
+/// number: 8 digits for IPv4, 4 words of 8 for IPv6.
+fn parse_listening(table: &str) -> Vec<Listener> {
     table
         .lines()
         .skip(1)
         .filter_map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
-            let listening = f.get(3) == Some(&"0A");
-            let ours = f.get(1).is_some_and(|a| wanted.iter().any(|w| w == a));
-            (listening && ours)
-                .then(|| f.get(9)?.parse().ok())
-                .flatten()
+            if f.get(3) != Some(&"0A") {
+                return None;
+            }
+            let (addr, port) = f.get(1)?.split_once(':')?;
+            Some(Listener {
+                addr: parse_addr(addr)?,
+                port: u16::from_str_radix(port, 16).ok()?,
+                inode: f.get(9)?.parse().ok()?,
+            })
         })
         .collect()
+}
+
+fn parse_addr(hex: &str) -> Option<IpAddr> {
+    let words: Option<Vec<[u8; 4]>> = (0..hex.len() / 8)
+        .map(|i| {
+            Some(
+                u32::from_str_radix(hex.get(i * 8..i * 8 + 8)?, 16)
+                    .ok()?
+                    .to_ne_bytes(),
+            )
+        })
+        .collect();
+    let bytes: Vec<u8> = words?.concat();
+    match bytes.len() {
+        4 => Some(IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?)),
+        16 => Some(IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?)),
+        _ => None,
+    }
+}
+
+/// How a listener serves the load's family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serves {
+    /// Bound to the family's loopback or wildcard address.
+    Directly,
+    /// IPv6's wildcard, for IPv4 clients: it takes them only without
+    /// `IPV6_V6ONLY` (dual stack), which /proc does not show.
+    IfDualStack,
+}
+
+fn serves(family: Family, addr: IpAddr) -> Option<Serves> {
+    let v4_mapped = |a: Ipv6Addr| {
+        a.to_ipv4_mapped()
+            .is_some_and(|v4| v4.is_loopback() || v4.is_unspecified())
+    };
+    match (family, addr) {
+        (Family::Ipv4, IpAddr::V4(a)) if a.is_loopback() || a.is_unspecified() => {
+            Some(Serves::Directly)
+        }
+        (Family::Ipv4, IpAddr::V6(a)) if v4_mapped(a) => Some(Serves::Directly),
+        (Family::Ipv4, IpAddr::V6(a)) if a.is_unspecified() => Some(Serves::IfDualStack),
+        (Family::Ipv6, IpAddr::V6(a)) if a.is_loopback() || a.is_unspecified() => {
+            Some(Serves::Directly)
+        }
+        _ => None,
+    }
+}
+
+/// Inodes of sockets listening on `port` on any address, either family.
+pub fn listening_on_port(port: u16) -> HashSet<u64> {
+    listeners()
+        .into_iter()
+        .filter(|l| l.port == port)
+        .map(|l| l.inode)
+        .collect()
+}
+
+/// The addresses a server must listen on to take the load, in words.
+pub fn expected_listeners(family: Family, port: u16) -> String {
+    match family {
+        Family::Ipv4 => {
+            format!("127.0.0.1:{port} (or 0.0.0.0:{port}, or a dual-stack [::]:{port})")
+        }
+        Family::Ipv6 => format!("[::1]:{port} (or [::]:{port})"),
+    }
 }
 
 /// Every pid whose process group is `pgid`: the server and anything it forked.
@@ -151,14 +231,25 @@ pub fn all_threads_stopped(pid: i32) -> bool {
     })
 }
 
-/// True when a process of group `pgid` holds a socket listening on `port`:
-/// the arm's own server, never a stale process that happens to hold the port.
-pub fn group_listens_on(pgid: i32, port: u16) -> bool {
-    let listening = listening_inodes(port);
-    !listening.is_empty()
-        && group_members(pgid)
-            .into_iter()
-            .any(|pid| !socket_inodes(pid).is_disjoint(&listening))
+/// How a process of group `pgid` listens on `port` for `family`'s clients:
+/// the arm's own server, never a stale process that happens to hold the
+/// port. The best of its listeners, or None.
+pub fn group_listens_on(pgid: i32, port: u16, family: Family) -> Option<Serves> {
+    let wanted: Vec<(u64, Serves)> = listeners()
+        .into_iter()
+        .filter(|l| l.port == port)
+        .filter_map(|l| Some((l.inode, serves(family, l.addr)?)))
+        .collect();
+    if wanted.is_empty() {
+        return None;
+    }
+    let held: HashSet<u64> = group_members(pgid)
+        .into_iter()
+        .flat_map(socket_inodes)
+        .collect();
+    let mine = wanted.iter().filter(|(inode, _)| held.contains(inode));
+    mine.map(|&(_, s)| s)
+        .min_by_key(|s| matches!(s, Serves::IfDualStack))
 }
 
 #[cfg(test)]
@@ -186,9 +277,50 @@ mod tests {
     }
 
     #[test]
-    fn finds_only_the_listening_socket_on_the_port() {
-        let found = parse_listening(TABLE, 0x1F90);
-        assert_eq!(found, HashSet::from([4242]));
+    fn finds_only_the_listening_sockets() {
+        let found = parse_listening(TABLE);
+        let ours: Vec<u64> = found
+            .iter()
+            .filter(|l| l.port == 0x1F90)
+            .map(|l| l.inode)
+            .collect();
+        assert_eq!(ours, [4242]);
+        assert_eq!(found[0].addr, IpAddr::from([127, 0, 0, 1]));
+    }
+
+    /// `::1`, `::` and `::ffff:127.0.0.1`, as a little-endian kernel prints them.
+    const TABLE6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5151 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000000000000:1F91 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5252 1 0000000000000000 100 0 0 10 0
+   2: 0000000000000000FFFF00000100007F:1F92 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5353 1 0000000000000000 100 0 0 10 0
+";
+
+    #[test]
+    fn ipv6_listeners_are_read_in_the_kernels_word_order() {
+        if cfg!(target_endian = "big") {
+            return;
+        }
+        let found = parse_listening(TABLE6);
+        let addrs: Vec<String> = found.iter().map(|l| l.addr.to_string()).collect();
+        assert_eq!(addrs, ["::1", "::", "::ffff:127.0.0.1"]);
+        assert_eq!(found[1].inode, 5252);
+    }
+
+    #[test]
+    fn each_family_is_served_by_its_own_listeners_and_the_dual_stack_one() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let v4 = |a| serves(Family::Ipv4, ip(a));
+        let v6 = |a| serves(Family::Ipv6, ip(a));
+        assert_eq!(v4("127.0.0.1"), Some(Serves::Directly));
+        assert_eq!(v4("0.0.0.0"), Some(Serves::Directly));
+        assert_eq!(v4("::ffff:127.0.0.1"), Some(Serves::Directly));
+        assert_eq!(v4("::"), Some(Serves::IfDualStack));
+        assert_eq!(v4("::1"), None);
+        assert_eq!(v4("10.0.0.1"), None);
+        assert_eq!(v6("::1"), Some(Serves::Directly));
+        assert_eq!(v6("::"), Some(Serves::Directly));
+        assert_eq!(v6("127.0.0.1"), None);
+        assert_eq!(v6("0.0.0.0"), None);
     }
 
     #[test]
@@ -199,12 +331,24 @@ mod tests {
     }
 
     #[test]
-    fn own_listener_is_recognised() {
+    fn own_listener_is_recognised_in_its_family_only() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let pgid = unsafe { libc::getpgid(0) };
-        assert!(group_listens_on(pgid, port));
+        assert_eq!(
+            group_listens_on(pgid, port, Family::Ipv4),
+            Some(Serves::Directly)
+        );
+        assert_eq!(group_listens_on(pgid, port, Family::Ipv6), None);
         drop(l);
-        assert!(!group_listens_on(pgid, port));
+        assert_eq!(group_listens_on(pgid, port, Family::Ipv4), None);
+        let l6 = std::net::TcpListener::bind("[::1]:0").unwrap();
+        let port = l6.local_addr().unwrap().port();
+        assert_eq!(
+            group_listens_on(pgid, port, Family::Ipv6),
+            Some(Serves::Directly)
+        );
+        assert_eq!(group_listens_on(pgid, port, Family::Ipv4), None);
+        assert!(listening_on_port(port).len() == 1);
     }
 }

@@ -173,7 +173,7 @@ pub fn record(
     let port = free_port()?;
     let mut running = RunningServer::start(&arm.command, port, plan, group.as_ref())?;
     running.wait_listening(s.ready_timeout)?;
-    let load = LoadGen::start(s.load_spec(&[port]))?;
+    let load = LoadGen::start(s.load_spec(&[arm.command.address(port)]))?;
     std::thread::sleep(s.warmup.min(Duration::from_millis(500)));
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("perf.data");

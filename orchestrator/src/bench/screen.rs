@@ -99,7 +99,7 @@ fn screen_one(arm: &Arm, plan: &MeterPlan, s: &TrialSettings) -> Result<GateResu
         server.stop(s.stop_grace)?;
         return Ok(failed_start(format!("{e:#}"), &rules).gate);
     }
-    let mut spec = s.load_spec(&[port]);
+    let mut spec = s.load_spec(&[arm.command.address(port)]);
     spec.connections = SCREEN_CLIENTS;
     let load = LoadGen::start(spec)?;
     let deadline = Instant::now() + s.connection_timeout + Duration::from_secs(1);

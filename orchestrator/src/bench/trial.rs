@@ -60,18 +60,15 @@ pub struct DuetSettings {
 }
 
 impl TrialSettings {
-    /// The load the generator puts on servers listening on `ports`:
+    /// The load the generator puts on servers listening at `targets`:
     /// `connections` in flight at each of them, so a server holds the same
     /// backlog whether it is measured alone or beside others. What a
     /// connection costs grows with how many a server holds (see the
     /// docs/referee.md, "Connections in flight").
-    pub fn load_spec(&self, ports: &[u16]) -> LoadSpec {
+    pub fn load_spec(&self, targets: &[SocketAddr]) -> LoadSpec {
         LoadSpec {
-            targets: ports
-                .iter()
-                .map(|&p| SocketAddr::from(([127, 0, 0, 1], p)))
-                .collect(),
-            connections: self.connections * ports.len().max(1),
+            targets: targets.to_vec(),
+            connections: self.connections * targets.len().max(1),
             timeout: self.connection_timeout,
             cores: self.load_cores.clone(),
             contract: self.contract.clone(),
@@ -294,7 +291,7 @@ pub fn run_trial(
         running.stop(s.stop_grace)?;
         return Ok(failed_start(format!("{e:#}"), &s.gate));
     }
-    let load = LoadGen::start(s.load_spec(&[port]))?;
+    let load = LoadGen::start(s.load_spec(&[server.address(port)]))?;
     let mut alive = watch(&mut running, s.warmup)?;
 
     let drain = |load: &LoadGen| {

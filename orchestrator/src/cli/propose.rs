@@ -69,7 +69,7 @@ pub fn run(cli: &Cli, args: &ProposeArgs) -> Result<()> {
             a.reply_format = f;
         }
     }
-    let root = session::root_of(config_path)?;
+    let root = session::root_of(config_path, &config)?;
     let treatment = root.join(&config.paths.treatment);
     let prefix = config.paths.treatment.display().to_string();
     let ctx = context(&root, &config, &treatment, &prefix)?;
@@ -94,7 +94,14 @@ pub fn run(cli: &Cli, args: &ProposeArgs) -> Result<()> {
             a.seed = Some(base + n as u64);
         }
         let mut agent = make_agent(agent_name, &config.agents, &config.playbook_settings())?;
-        let s = sample::sample(agent.as_mut(), &ctx, &treatment, &prefix, &cache)?;
+        let s = sample::sample(
+            agent.as_mut(),
+            &ctx,
+            &treatment,
+            &prefix,
+            &config.target,
+            &cache,
+        )?;
         println!(
             "#{n} {} (first round {}, {} rounds, builds {}) {:.0} s: {}",
             s.outcome,
@@ -159,10 +166,10 @@ fn context(
         retries_left: 0,
         lessons: kb.digest(),
         profile: None,
-        contract_request: config.contract.request.clone(),
-        contract_response: config.contract.response.clone(),
+        contract: config.contract.clone(),
+        target: config.target.clone(),
         allowed_paths: config.run.allowed_paths.clone(),
-        build: crate::bench::build::described(treatment),
+        build: crate::bench::build::described(treatment, &config.target),
         worktree: root.to_path_buf(),
     })
 }

@@ -24,7 +24,7 @@ pub struct Review {
 impl Review {
     pub fn open(cli: &Cli) -> Result<Self> {
         let config = Config::load(&cli.config)?;
-        let root = session::root_of(&cli.config)?;
+        let root = session::root_of(&cli.config, &config)?;
         let repo = git2::Repository::open(&root).map_err(|e| {
             anyhow::anyhow!(
                 "{} is not a git repository: {}",

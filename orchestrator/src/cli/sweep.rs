@@ -56,7 +56,7 @@ impl SweepArgs {
 pub fn run(cli: &Cli, args: &SweepArgs) -> Result<()> {
     let config = args.settings(Config::load(&cli.config)?)?;
     arms::check(&args.arms)?;
-    let results = session::root_of(&cli.config)?.join(&config.paths.results);
+    let results = session::root_of(&cli.config, &config)?.join(&config.paths.results);
     let session = Session::open(&cli.config, config, "sweep")?;
     let arms = arms::prepare(&session, &args.arms)?;
     let env = arms::fingerprint(&session, &arms);

@@ -367,11 +367,7 @@ mod tests {
     fn arms() -> [Arm; 2] {
         let arm = |label: &str| Arm {
             label: label.into(),
-            command: ServerCommand {
-                program: "/bin/false".into(),
-                args: vec![],
-                env: vec![],
-            },
+            command: ServerCommand::new("/bin/false".into(), vec![], &Default::default()),
             source_hash: None,
             binary_hash: None,
         };

@@ -120,10 +120,13 @@ impl Loop<'_> {
             retries_left,
             lessons: self.kb.digest(),
             profile: self.profile_text.clone(),
-            contract_request: self.config().contract.request.clone(),
-            contract_response: self.config().contract.response.clone(),
+            contract: self.config().contract.clone(),
+            target: self.config().target.clone(),
             allowed_paths: self.config().run.allowed_paths.clone(),
-            build: crate::bench::build::described(&self.treatment_in_worktree()),
+            build: crate::bench::build::described(
+                &self.treatment_in_worktree(),
+                &self.config().target,
+            ),
             worktree: self.git.path.clone(),
         })
     }

@@ -1,51 +1,49 @@
 //! The scope rule: an agent may change only the paths matched by
-//! `run.allowed_paths` (default `treatment/*.c`, `treatment/*.h`). The build
-//! recipe is the harness's, not the agent's. A symbolic link is never in
-//! scope, whatever its name, since it could point anywhere.
+//! `run.allowed_paths` (default `treatment/*.c`, `treatment/*.h`; `**`
+//! reaches into subdirectories). The build recipe is the harness's, not the
+//! agent's. A symbolic link is never in scope, whatever its name, since it
+//! could point anywhere.
 
-/// Glob match where `*` matches any run of characters except `/`.
-pub fn matches(pattern: &str, path: &str) -> bool {
-    let pat: Vec<&str> = pattern.split('/').collect();
-    let segs: Vec<&str> = path.split('/').collect();
-    pat.len() == segs.len()
-        && pat
-            .iter()
-            .zip(&segs)
-            .all(|(p, s)| segment(p.as_bytes(), s.as_bytes()))
-}
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::path::Path;
 
-fn segment(p: &[u8], s: &[u8]) -> bool {
-    match (p.first(), s.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => segment(&p[1..], s) || (!s.is_empty() && segment(p, &s[1..])),
-        (Some(a), Some(b)) if a == b => segment(&p[1..], &s[1..]),
-        _ => false,
-    }
-}
+use crate::glob::Globs;
 
-/// The files of `dir` (named `prefix/<name>`) that `patterns` allow: what an
-/// agent may read and change.
+/// The files under `dir` (named `prefix/<relative path>`) that `patterns`
+/// allow, at any depth: what an agent may read and change.
 pub fn allowed_files(
-    dir: &std::path::Path,
+    dir: &Path,
     prefix: &str,
     patterns: &[String],
-) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
-    let mut files = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let rel = format!("{prefix}/{}", entry.file_name().to_string_lossy());
-        if entry.file_type()?.is_file() && allowed(patterns, &rel) {
-            files.insert(rel, std::fs::read_to_string(entry.path())?);
-        }
-    }
+) -> Result<BTreeMap<String, String>> {
+    let scope = Globs::new("run.allowed_paths", patterns)?;
+    let mut files = BTreeMap::new();
+    walk(dir, prefix, &scope, &mut files)?;
     Ok(files)
 }
 
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    scope: &Globs,
+    files: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let rel = format!("{prefix}/{}", entry.file_name().to_string_lossy());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            walk(&entry.path(), &rel, scope, files)?;
+        } else if kind.is_file() && scope.matches(&rel) {
+            files.insert(rel, std::fs::read_to_string(entry.path())?);
+        }
+    }
+    Ok(())
+}
+
 pub fn allowed(patterns: &[String], path: &str) -> bool {
-    !path
-        .split('/')
-        .any(|s| s == ".." || s == "." || s.is_empty())
-        && patterns.iter().any(|p| matches(p, path))
+    Globs::new("run.allowed_paths", patterns).is_ok_and(|g| g.matches(path))
 }
 
 /// The changed paths (with their is-symlink flag) that break the rule.
@@ -89,6 +87,29 @@ mod tests {
         ] {
             assert!(!allowed(&defaults(), p), "{p}");
         }
+    }
+
+    #[test]
+    fn two_stars_reach_into_subdirectories() {
+        let deep = vec!["kv/src/**/*.cpp".to_string()];
+        assert!(allowed(&deep, "kv/src/main.cpp"));
+        assert!(allowed(&deep, "kv/src/http/response.cpp"));
+        assert!(!allowed(&deep, "kv/build.sh"));
+        assert!(!allowed(&deep, "kv/src/../build.sh"));
+    }
+
+    #[test]
+    fn the_files_an_agent_sees_are_found_at_any_depth() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("src/http")).unwrap();
+        std::fs::write(d.path().join("src/main.cpp"), "m").unwrap();
+        std::fs::write(d.path().join("src/http/r.cpp"), "r").unwrap();
+        std::fs::write(d.path().join("build.sh"), "b").unwrap();
+        let files = allowed_files(d.path(), "kv", &["kv/src/**/*.cpp".to_string()]).unwrap();
+        assert_eq!(
+            files.keys().collect::<Vec<_>>(),
+            ["kv/src/http/r.cpp", "kv/src/main.cpp"]
+        );
     }
 
     #[test]

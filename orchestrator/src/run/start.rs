@@ -9,7 +9,6 @@ use std::path::Path;
 
 use super::{recover, say, summary, Loop, RunOptions};
 use crate::agent::{make_agent, Agent};
-use crate::bench::arm::built_arm;
 use crate::bench::environment;
 use crate::bench::meter::{MeterEvent, MeterSource};
 use crate::clock::now_utc;
@@ -121,9 +120,16 @@ pub(super) fn create(
     let worktree = root.join(".ratchet").join("worktrees").join(&run_id);
     let git = RunRepo::create(root, &run_id, &worktree)?;
     let base = git.head()?.to_string();
-    let treatment_hash =
-        crate::bench::build::hash_sources(&git.path.join(&cfg.paths.treatment)).ok();
-    let control_hash = crate::bench::build::hash_sources(&root.join(&cfg.paths.control)).ok();
+    let treatment_hash = crate::bench::build::hash_sources(
+        &git.path.join(&cfg.paths.treatment),
+        &cfg.target.globs(),
+    )
+    .ok();
+    let control_hash = crate::bench::build::hash_sources(
+        &root.join(&cfg.paths.control),
+        &crate::bench::build::control_sources(),
+    )
+    .ok();
     let run = RunRecord {
         run_id: run_id.clone(),
         started_at: now_utc(),
@@ -185,7 +191,7 @@ impl<'a> Loop<'a> {
             .control_at_rev(&opened.run.base_commit, &control_src)
             .context("building the control of the run's base commit")?;
         let champion_src = opened.git.path.join(&session.config().paths.treatment);
-        let champion_arm = built_arm(
+        let champion_arm = session.workspace.treatment_arm(
             "champion",
             session
                 .workspace

@@ -22,12 +22,24 @@ pub struct Session {
     _lock: CoreLock,
 }
 
-/// The repository root a configuration file belongs to: its directory.
-pub fn root_of(config_path: &Path) -> Result<PathBuf> {
+/// The repository root a configuration file belongs to: `paths.root`
+/// from the file's directory (by default the directory itself), so a
+/// configuration kept beside its server (`examples/x/harness.toml`) still
+/// names every other path from the repository's root.
+pub fn root_of(config_path: &Path, config: &Config) -> Result<PathBuf> {
     let abs = config_path
         .canonicalize()
         .with_context(|| format!("cannot find configuration {}", config_path.display()))?;
-    Ok(abs.parent().map(Path::to_path_buf).unwrap_or(abs))
+    let dir = abs.parent().map(Path::to_path_buf).unwrap_or(abs);
+    dir.join(&config.paths.root)
+        .canonicalize()
+        .with_context(|| {
+            format!(
+                "{}: paths.root {:?} is not a directory",
+                config_path.display(),
+                config.paths.root
+            )
+        })
 }
 
 /// Pins the calling thread, and so every thread and process it starts later,
@@ -45,7 +57,7 @@ fn pin_self(cores: &[usize]) {
 
 impl Session {
     pub fn open(config_path: &Path, config: Config, holder: &str) -> Result<Self> {
-        let root = root_of(config_path)?;
+        let root = root_of(config_path, &config)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let sut = config
             .sut_core(cores)

@@ -37,7 +37,17 @@ impl Workspace {
     }
 
     pub fn build_treatment_at(&self, src: &Path) -> Result<build::Built> {
-        build::build_treatment(src, &build::cache_dir()?, self.build_timeout())
+        build::build_target(
+            src,
+            &self.config.target,
+            &build::cache_dir()?,
+            self.build_timeout(),
+        )
+    }
+
+    /// A built treatment as an arm, told its port as the target says.
+    pub fn treatment_arm(&self, label: &str, b: build::Built) -> Arm {
+        built_arm(label, b, &self.config.target)
     }
 
     /// The control built from `src` (a run builds it from its base commit,
@@ -47,9 +57,8 @@ impl Workspace {
         Ok(Arm {
             label: "control".into(),
             command: ServerCommand {
-                program: b.binary,
-                args: vec![],
                 env: vec![("GOMAXPROCS".into(), "1".into())],
+                ..ServerCommand::new(b.binary, vec![], &Default::default())
             },
             source_hash: Some(b.source_hash),
             binary_hash: Some(b.binary_hash),
@@ -66,7 +75,7 @@ impl Workspace {
     ) -> Result<Arm> {
         let tmp = tempfile::tempdir()?;
         source::export_tree_subdir(repo, tree, &self.config.paths.treatment, tmp.path())?;
-        Ok(built_arm(label, self.build_treatment_at(tmp.path())?))
+        Ok(self.treatment_arm(label, self.build_treatment_at(tmp.path())?))
     }
 
     /// The control as it was at `rev` (a run's base commit), exported into
@@ -94,17 +103,11 @@ impl Workspace {
             .join("playbook");
         let entries = playbook::load(&dir)?;
         let prefix = format!("{}/", self.config.paths.treatment.display());
-        let tmp = tempfile::tempdir()?;
+        let treatment = self.treatment_dir();
         let mut files = BTreeMap::new();
-        for e in std::fs::read_dir(self.treatment_dir())? {
-            let e = e?;
-            if !e.file_type()?.is_file() {
-                continue;
-            }
-            let name = e.file_name().to_string_lossy().into_owned();
-            std::fs::copy(e.path(), tmp.path().join(&name))?;
-            if let Ok(text) = std::fs::read_to_string(e.path()) {
-                files.insert(format!("{prefix}{name}"), text);
+        for rel in build::source_files(&treatment, &self.config.target.globs())? {
+            if let Ok(text) = std::fs::read_to_string(treatment.join(&rel)) {
+                files.insert(format!("{prefix}{rel}"), text);
             }
         }
         for id in ids {
@@ -118,17 +121,24 @@ impl Workspace {
             files = edit::apply_all(&files, &entry.edits)
                 .with_context(|| format!("{arm}: {id} does not apply"))?;
         }
-        for (path, text) in &files {
-            let name = path
+        let mut relative = BTreeMap::new();
+        for (path, text) in files {
+            let rel = path
                 .strip_prefix(&prefix)
                 .with_context(|| format!("{arm}: an edit of {path}, outside {prefix}"))?;
-            std::fs::write(tmp.path().join(name), text)?;
+            relative.insert(rel.to_string(), text);
         }
-        self.build_treatment_at(tmp.path())
+        build::build_overlaid(
+            &treatment,
+            &relative,
+            &self.config.target,
+            &build::cache_dir()?,
+            self.build_timeout(),
+        )
     }
 
     pub fn prepare(&self, label: &str) -> Result<Arm> {
-        let built = |b: build::Built| built_arm(label, b);
+        let built = |b: build::Built| self.treatment_arm(label, b);
         Ok(match ArmSpec::parse(label)? {
             ArmSpec::Control => self.control_at(&self.control_dir())?,
             ArmSpec::Treatment => built(self.build_treatment_at(&self.treatment_dir())?),
@@ -143,11 +153,11 @@ impl Workspace {
             ArmSpec::Playbook(ids) => built(self.build_with_playbook(&ids)?),
             ArmSpec::Cmd(line) => Arm {
                 label: label.to_string(),
-                command: ServerCommand {
-                    program: "/bin/sh".into(),
-                    args: vec!["-c".into(), format!("exec {line} \"$@\""), "sh".into()],
-                    env: vec![],
-                },
+                command: ServerCommand::new(
+                    "/bin/sh".into(),
+                    vec!["-c".into(), format!("exec {line} \"$@\""), "sh".into()],
+                    &self.config.target,
+                ),
                 source_hash: None,
                 binary_hash: None,
             },

@@ -23,8 +23,14 @@ use http::{Endpoint, Trouble};
 pub use protocol::Protocol;
 use protocol::{Answer, Defaults, Message, Request, Settings};
 
-const SYSTEM: &str = "You are an expert in Linux networking, io_uring and C performance. \
-                      You propose exactly one measurable optimization per reply, in the requested format.";
+/// The system prompt, in the server's language.
+fn system(ctx: &ProposalContext) -> String {
+    format!(
+        "You are an expert in Linux networking and {} performance. \
+         You propose exactly one measurable optimization per reply, in the requested format.",
+        ctx.target.language
+    )
+}
 
 /// Tokens a chat template adds around each turn, beyond its text
 /// (llama.cpp's templates add 3 to 5).
@@ -194,7 +200,7 @@ impl LlmAgent {
         };
         for _ in 0..3 {
             let counter = self.counter(ctx, key);
-            let base = counter.count(SYSTEM) + 2 * PER_TURN;
+            let base = counter.count(&system(ctx)) + 2 * PER_TURN;
             let (reply, _) = budget::split(window, max_reply, 0);
             let reserved = (self.endpoint.settings.repair_rounds > 0)
                 .then_some(reply + REPAIR_TOKENS + 2 * PER_TURN);
@@ -274,8 +280,9 @@ impl LlmAgent {
                 });
             }
             let files: Vec<&str> = ctx.files.keys().map(String::as_str).collect();
+            let system = system(ctx);
             let request = Request {
-                system: SYSTEM,
+                system: &system,
                 messages: &messages,
                 max_tokens,
                 schema: self.json.then(|| structured::schema(&files)),

@@ -270,7 +270,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("x.toml"),
-            "order = 1\nid = \"x\"\ncategory = \"c\"\nhypothesis = \"h {value}\"\n[param]\ndefine = \"X\"\nmin = 1\nmax = 64\nvalues = [128]\n",
+            "order = 1\nid = \"x\"\ncategory = \"c\"\nhypothesis = \"h {value}\"\n[param]\npath = \"treatment/server.c\"\ndefine = \"X\"\nmin = 1\nmax = 64\nvalues = [128]\n",
         )
         .unwrap();
         let e = load(dir.path()).unwrap_err().to_string();

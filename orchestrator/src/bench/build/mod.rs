@@ -1,8 +1,8 @@
-//! Building the servers: the treatment with the harness's Makefile (warnings
-//! are errors), the control with `go build`. A build runs in its own process
+//! Building the servers: the target with its own build command
+//! (`[target]`), the control with `go build`. A build runs in its own process
 //! group under a timeout that kills the whole group, and its output is kept so
 //! a failure can be shown to the user or the agent. Builds are cached by the
-//! hash of their sources, in a directory outside every repository and
+//! hash of their sources and their recipe, in a directory outside every repository and
 //! worktree (see [`cache_dir`]), each entry with a manifest of its source and
 //! binary hashes that ratchet writes after building and checks before any
 //! reuse: a binary planted in the cache is rebuilt, never measured.
@@ -19,13 +19,18 @@ use std::time::{Duration, Instant};
 use crate::bench::cgroup::{self, Cgroup};
 
 mod cache;
+mod control;
 mod sources;
+mod target;
 use crate::bench::privilege;
 use crate::bench::secrets;
+use crate::glob::Globs;
 pub use cache::cache_dir;
 use cache::{reuse, Manifest};
+pub use control::{build_control, control_sources};
 use sources::copy_sources;
-pub use sources::{described, hash_file, hash_sources, hex};
+pub use sources::{described, hash_file, hash_sources, hex, source_files};
+pub use target::{build_overlaid, build_target};
 
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -113,14 +118,62 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn require_tool(tool: &str, package: &str) -> Result<()> {
-    let found = std::env::var_os("PATH")
+fn on_path(tool: &str) -> bool {
+    if tool.contains('/') {
+        return Path::new(tool).is_file();
+    }
+    std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
-        .unwrap_or(false);
-    if !found {
+        .unwrap_or(false)
+}
+
+fn require_tool(tool: &str, package: &str) -> Result<()> {
+    if !on_path(tool) {
         bail!("`{tool}` not found on PATH: install the Debian package {package} (apt-get install {package})");
     }
     Ok(())
+}
+
+/// What a build is, beside its sources: its argv and the binary it leaves.
+/// Part of a cache entry's key, so a changed build command never reuses a
+/// binary the old one made.
+struct Recipe<'a> {
+    kind: &'a str,
+    sources: &'a Globs,
+    argv: Vec<String>,
+    binary: &'a str,
+}
+
+impl Recipe<'_> {
+    fn key(&self, source_hash: &str) -> String {
+        let mut h = sha2::Sha256::new();
+        use sha2::Digest;
+        h.update(source_hash.as_bytes());
+        for a in &self.argv {
+            h.update([0]);
+            h.update(a.as_bytes());
+        }
+        h.update([1]);
+        h.update(self.binary.as_bytes());
+        format!("{}-{}", self.kind, &hex(&h.finalize())[..16])
+    }
+}
+
+/// The names of what a build left in `out`, for an error that says so.
+fn left_in(out: &Path) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(out)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    if names.is_empty() {
+        "nothing".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// Builds into the cache keyed by `kind` and the source hash, reusing an
@@ -132,15 +185,15 @@ fn require_tool(tool: &str, package: &str) -> Result<()> {
 /// touch the cache. Its binary is copied into a root-owned entry, so
 /// neither it nor a server can rewrite it later.
 fn cached_build(
-    kind: &str,
+    recipe: &Recipe,
     src: &Path,
     cache: &Path,
-    binary_name: &str,
     timeout: Duration,
     command: impl FnOnce(&Path, &Path) -> Command,
 ) -> Result<Built> {
-    let source_hash = hash_sources(src)?;
-    let entry = format!("{kind}-{}", &source_hash[..16]);
+    let source_hash = hash_sources(src, recipe.sources)?;
+    let entry = recipe.key(&source_hash);
+    let binary_name = recipe.binary;
     let dir = cache.join(&entry);
     let manifest = cache.join(format!("{entry}.manifest.json"));
     let binary = dir.join(binary_name);
@@ -157,7 +210,7 @@ fn cached_build(
     let staging = tempfile::tempdir_in(cache)?;
     std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o755))?;
     let (copy, out) = (staging.path().join("src"), staging.path().join("out"));
-    copy_sources(src, &copy)?;
+    copy_sources(src, recipe.sources, &copy)?;
     std::fs::create_dir(&out)?;
     if let Some(id) = privilege::privilege().identity() {
         privilege::give(&copy, id)?;
@@ -167,6 +220,18 @@ fn cached_build(
     let built = out.join(binary_name);
     match status {
         Some(s) if s.success() && built.is_file() => {}
+        Some(s) if s.success() => {
+            return Err(BuildFailure {
+                timed_out: false,
+                log_tail: format!(
+                    "{}\nthe build succeeded but left no {binary_name:?} in its output directory \
+                     (target.binary names it, relative to {{out}}); it left: {}",
+                    tail(&log, 30),
+                    left_in(&out)
+                ),
+            }
+            .into())
+        }
         other => {
             return Err(BuildFailure {
                 timed_out: other.is_none(),
@@ -177,13 +242,14 @@ fn cached_build(
     }
     let kept = tempfile::tempdir_in(cache)?;
     std::fs::set_permissions(kept.path(), std::fs::Permissions::from_mode(0o755))?;
-    std::fs::copy(&built, kept.path().join(binary_name))?;
-    std::fs::set_permissions(
-        kept.path().join(binary_name),
-        std::fs::Permissions::from_mode(0o755),
-    )?;
+    let kept_binary = kept.path().join(binary_name);
+    if let Some(parent) = kept_binary.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::copy(&built, &kept_binary)?;
+    std::fs::set_permissions(&kept_binary, std::fs::Permissions::from_mode(0o755))?;
     drop(staging);
-    let binary_hash = hash_file(&kept.path().join(binary_name))?;
+    let binary_hash = hash_file(&kept_binary)?;
     let staged = kept.keep();
     if std::fs::rename(&staged, &dir).is_err() {
         // Another build of the same source won the race; ours is used
@@ -205,88 +271,41 @@ fn cached_build(
     })
 }
 
-pub fn build_treatment(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
-    require_tool("make", "make")?;
-    require_tool("cc", "gcc")?;
-    if !Path::new("/usr/include/liburing.h").exists() {
-        bail!("liburing.h not found: install the Debian package liburing-dev (apt-get install liburing-dev)");
-    }
-    let src_abs = src
-        .canonicalize()
-        .with_context(|| format!("treatment source {}", src.display()))?;
-    cached_build(
-        "treatment",
-        &src_abs,
-        cache,
-        "server",
-        timeout,
-        |copy, out| {
-            let mut c = Command::new("make");
-            secrets::minimal_env(&mut c);
-            c.arg("-s")
-                .arg("-C")
-                .arg(copy)
-                .arg(format!("OUT={}", out.display()));
-            c
-        },
-    )
-}
-
-pub fn build_control(src: &Path, cache: &Path, timeout: Duration) -> Result<Built> {
-    require_tool("go", "golang-go")?;
-    let src_abs = src
-        .canonicalize()
-        .with_context(|| format!("control source {}", src.display()))?;
-    cached_build(
-        "control",
-        &src_abs,
-        cache,
-        "control",
-        timeout,
-        |copy, out| {
-            let mut c = Command::new("go");
-            secrets::minimal_env(&mut c);
-            // Go's own caches are the build's own (an earlier build could have
-            // poisoned a shared one); the toolchain is the one installed (never
-            // downloaded).
-            let go_home = out.join(".go");
-            c.current_dir(copy)
-                .args(["build", "-trimpath", "-o"])
-                .arg(out.join("control"))
-                .arg(".")
-                .env("GOFLAGS", "-mod=mod")
-                .env("GO111MODULE", "on")
-                .env("GOTOOLCHAIN", "local")
-                .env("GOCACHE", go_home.join("cache"))
-                .env("GOPATH", go_home.join("path"));
-            c
-        },
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn c_sources() -> Globs {
+        Globs::new("sources", &["**/*.c".to_string()]).unwrap()
+    }
+
+    fn recipe<'a>(kind: &'a str, sources: &'a Globs) -> Recipe<'a> {
+        Recipe {
+            kind,
+            sources,
+            argv: vec!["sh".into()],
+            binary: "server",
+        }
+    }
 
     #[test]
     fn source_hash_follows_content_not_build_outputs() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("server.c"), "int main(){}").unwrap();
-        let h1 = hash_sources(d.path()).unwrap();
+        let h1 = hash_sources(d.path(), &c_sources()).unwrap();
         std::fs::write(d.path().join("server"), "binary").unwrap();
-        assert_eq!(h1, hash_sources(d.path()).unwrap());
+        assert_eq!(h1, hash_sources(d.path(), &c_sources()).unwrap());
         std::fs::write(d.path().join("server.c"), "int main(){return 1;}").unwrap();
-        assert_ne!(h1, hash_sources(d.path()).unwrap());
+        assert_ne!(h1, hash_sources(d.path(), &c_sources()).unwrap());
     }
 
     /// A build that writes the source's first line as its "binary".
     fn fake_build(src: &Path, cache: &Path) -> Built {
         let src = src.to_path_buf();
         cached_build(
-            "fake",
+            &recipe("fake", &c_sources()),
             &src.clone(),
             cache,
-            "server",
             Duration::from_secs(10),
             |copy, out| {
                 let mut c = Command::new("sh");
@@ -311,10 +330,9 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
         let original = src.path().to_path_buf();
         let built = cached_build(
-            "who",
+            &recipe("who", &c_sources()),
             src.path(),
             cache.path(),
-            "server",
             Duration::from_secs(10),
             |copy, out| {
                 let mut c = Command::new("sh");
@@ -356,11 +374,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&again.binary).unwrap(), "honest");
         assert_eq!(again.binary_hash, first.binary_hash);
         // Planted with no manifest at all: the same.
-        std::fs::remove_file(
-            cache
-                .path()
-                .join(format!("fake-{}.manifest.json", &first.source_hash[..16])),
-        )
+        std::fs::remove_file(cache.path().join(format!(
+            "{}.manifest.json",
+            recipe("fake", &c_sources()).key(&first.source_hash)
+        )))
         .unwrap();
         std::fs::write(&first.binary, "planted").unwrap();
         let third = fake_build(src.path(), cache.path());

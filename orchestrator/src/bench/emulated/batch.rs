@@ -7,7 +7,8 @@
 //! one guest. So each batch here is one backlog, served alone:
 //!
 //! 1. the server is stopped (SIGSTOP), and `backlog` clients connect and
-//!    send their requests: the kernel completes the handshakes and queues
+//!    send their requests (a keep-alive contract's all at once, pipelined,
+//!    then the client's shutdown when the client closes): the kernel completes the handshakes and queues
 //!    the requests, so the server has work waiting for every connection;
 //! 2. a window opens (a marker), the server is resumed, and ratchet only
 //!    reads the server's CPU time, once a millisecond, until it stands
@@ -26,11 +27,11 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use crate::bench::contract::{Contract, Failure, FailureCounts};
+use crate::bench::contract::{Closer, Contract, Failure, FailureCounts};
 use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::marker::{self, Mark};
@@ -117,7 +118,7 @@ pub fn run_trial(
         if scored && m0.is_none() {
             m0 = Some(m1);
         }
-        let batch = serve(&mut running, port, &s.contract, b, scored)?;
+        let batch = serve(&mut running, &s.contract, b, scored)?;
         m1 = running.read()?;
         let failed = batch.completed < batch.attempts;
         batches.push((scored, batch));
@@ -206,18 +207,18 @@ fn measurement(
 /// judge what it answered.
 fn serve(
     running: &mut RunningServer,
-    port: u16,
     contract: &Contract,
     b: &BatchSettings,
     scored: bool,
 ) -> Result<Batch> {
     let mut batch = Batch::default();
     running.pause(b.timeout)?;
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let addr = running.address();
+    let requests = contract.pipelined();
     let mut clients = Vec::with_capacity(b.backlog);
     for _ in 0..b.backlog {
         batch.attempts += 1;
-        match queue(&addr, &contract.request, b.timeout) {
+        match queue(&addr, &requests, contract.closer, b.timeout) {
             Ok(c) => clients.push(c),
             Err(f) => batch.failures[f.index()] += 1,
         }
@@ -298,11 +299,21 @@ fn until_still(
     }
 }
 
-/// A client that connected and sent its request; the server, stopped,
-/// has not seen it.
-fn queue(addr: &SocketAddr, request: &[u8], timeout: Duration) -> Result<TcpStream, Failure> {
+/// A client that connected and sent its requests, all at once (and, when
+/// the client closes, shut its side down after them); the server,
+/// stopped, has seen none of it.
+fn queue(
+    addr: &SocketAddr,
+    requests: &[u8],
+    closer: Closer,
+    timeout: Duration,
+) -> Result<TcpStream, Failure> {
     let mut c = TcpStream::connect_timeout(addr, timeout).map_err(|_| Failure::Connect)?;
-    c.write_all(request).map_err(|_| Failure::Reset)?;
+    c.write_all(requests).map_err(|_| Failure::Reset)?;
+    if closer == Closer::Client {
+        c.shutdown(std::net::Shutdown::Write)
+            .map_err(|_| Failure::Reset)?;
+    }
     c.set_nonblocking(true).map_err(|_| Failure::Connect)?;
     Ok(c)
 }

@@ -450,11 +450,11 @@ mod tests {
     fn the_arm_announced_last_is_the_one_blamed() {
         let arm = |l: &str| Arm {
             label: l.into(),
-            command: crate::bench::launch::ServerCommand {
-                program: "/x".into(),
-                args: vec![],
-                env: vec![],
-            },
+            command: crate::bench::launch::ServerCommand::new(
+                "/x".into(),
+                vec![],
+                &Default::default(),
+            ),
             source_hash: None,
             binary_hash: None,
         };
