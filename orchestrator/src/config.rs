@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::agent::config::AgentsConfig;
 use crate::agent::search::SearchConfig;
 use crate::agent::PlaybookSettings;
+use crate::bench::arm::ArmSpec;
 use crate::bench::config::{
     BuildConfig, ContractConfig, DuetConfig, GateConfig, LoadConfig, TrialConfig, TrialSections,
 };
@@ -92,6 +93,10 @@ impl Default for PathsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RunConfig {
     pub agent: String,
+    /// The frozen reference measured beside every attempt: "control" (the
+    /// Go server in paths.control, at the run's base commit), "none", or a
+    /// fixed arm, `rev:<git-rev>` or `cmd:<command line>`.
+    pub control: String,
     pub allowed_paths: Vec<String>,
     pub max_iterations: usize,
     pub max_wall_minutes: u64,
@@ -110,6 +115,7 @@ impl Default for RunConfig {
     fn default() -> Self {
         Self {
             agent: "playbook".into(),
+            control: "control".into(),
             allowed_paths: vec!["treatment/*.c".into(), "treatment/*.h".into()],
             max_iterations: 30,
             max_wall_minutes: 120,
@@ -146,6 +152,15 @@ impl RunConfig {
             600_000.0,
         )?;
         crate::glob::Globs::new("run.allowed_paths", &self.allowed_paths)?;
+        match crate::bench::arm::ArmSpec::parse(&self.control) {
+            _ if self.control == "none" => {}
+            Ok(ArmSpec::Control | ArmSpec::Rev(_) | ArmSpec::Cmd(_)) => {}
+            _ => bail!(
+                "run.control must be \"control\", \"none\", rev:<git-rev> or cmd:<command line> \
+                 (a reference that cannot move during the run), got {:?}",
+                self.control
+            ),
+        }
         Ok(())
     }
 }
@@ -319,6 +334,20 @@ mod tests {
             err.contains("gate.max_failure_rate") && err.contains("2"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_control_is_fixed_or_none() {
+        for ok in ["control", "none", "rev:v1", "cmd:./frozen --fast"] {
+            let c = parse(&format!("[run]\ncontrol = {ok:?}\n")).unwrap();
+            assert_eq!(c.run.control, ok);
+        }
+        for moving in ["treatment", "playbook:a", "champion:x", "contrl"] {
+            let err = parse(&format!("[run]\ncontrol = {moving:?}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("run.control") && err.contains(moving), "{err}");
+        }
     }
 
     #[test]

@@ -306,13 +306,13 @@ impl RunningServer {
                     self.stderr_tail()
                 );
             }
-            // Its sockets before any client: its listeners.
-            let before = self.sockets();
             let serves = procfs::group_listens_on(self.pid, self.port, self.family);
+            // Its sockets once it listens and before any client: its listeners.
+            let held = self.sockets();
             if serves == Some(Serves::Directly)
                 || (serves == Some(Serves::IfDualStack) && self.takes_ipv4())
             {
-                self.listeners = before;
+                self.listeners = held;
                 return Ok(());
             }
             if Instant::now() > deadline {

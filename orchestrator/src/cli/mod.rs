@@ -31,7 +31,7 @@ mod sweep;
     about = "Benchmark-optimization loop with an honest referee"
 )]
 pub struct Cli {
-    /// The configuration file; its directory is the repository root.
+    /// The configuration file; the repository root is its `paths.root`, from its directory.
     #[arg(long, global = true, default_value = "harness.toml")]
     config: PathBuf,
     #[command(subcommand)]

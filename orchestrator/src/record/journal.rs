@@ -130,8 +130,9 @@ pub struct RunRecord {
 pub struct Standing {
     pub champion: String,
     pub vs_start: Comparison,
-    pub vs_control: Comparison,
-    pub start_vs_control: Comparison,
+    /// None in a run without a control (`run.control = "none"`).
+    pub vs_control: Option<Comparison>,
+    pub start_vs_control: Option<Comparison>,
     /// Arms in order: start, champion, control.
     pub samples: Samples,
 }

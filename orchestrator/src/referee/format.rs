@@ -33,6 +33,12 @@ pub fn fmt_estimate(ratio: Option<f64>, ci: Option<[f64; 2]>) -> String {
     format!("{} {}", fmt_ratio(ratio), fmt_ci(ci))
 }
 
+/// A comparison against the control, or that there was none
+/// (`run.control = "none"`).
+pub fn fmt_vs_control(c: Option<&Comparison>) -> String {
+    c.map_or_else(|| "- (no control)".into(), fmt_comparison)
+}
+
 /// A comparison's ratio with its interval.
 pub fn fmt_comparison(c: &Comparison) -> String {
     fmt_estimate(c.ratio_median, c.ratio_interval)

@@ -71,11 +71,12 @@ impl Phase {
 /// confirmation, each server alone (blocks) in windows as long as the duet's,
 /// the fewest blocks that give an interval, and served at its duet rate:
 /// blocks give each arm its part of the generator's target, and the duet
-/// that decided had the control as a third arm.
+/// that decided had the control, when there is one, as a third arm.
 pub fn phase_settings(
     phase: Phase,
     settings: &TrialSettings,
     samples: usize,
+    with_control: bool,
 ) -> (TrialSettings, usize) {
     match phase {
         Phase::Measuring | Phase::Extending => (
@@ -87,7 +88,8 @@ pub fn phase_settings(
             alone.schedule = Schedule::Blocks;
             alone.window = settings.duet.window;
             alone.warmup = settings.warmup.min(Duration::from_millis(500));
-            alone.saturation.generator_target *= JUDGED.len() as f64 / (CONTROL + 1) as f64;
+            let duet_arms = JUDGED.len() + usize::from(with_control);
+            alone.saturation.generator_target *= JUDGED.len() as f64 / duet_arms as f64;
             (alone, stats::MIN_SAMPLES)
         }
     }
@@ -107,14 +109,15 @@ pub trait Stages {
 
 /// The measured evidence of a judgement.
 pub struct Evidence {
-    /// `trials[arm]` with the arms in [`CHAMPION`], [`CANDIDATE`], [`CONTROL`] order.
+    /// `trials[arm]` with the arms in [`CHAMPION`], [`CANDIDATE`], [`CONTROL`]
+    /// order (no control when the run has none).
     pub samples: Samples,
     pub vs_champion: Comparison,
-    pub vs_control: Comparison,
-    pub champion_vs_control: Comparison,
+    pub vs_control: Option<Comparison>,
+    pub champion_vs_control: Option<Comparison>,
     /// Median cost per connection of the candidate and the control, in the meter's unit.
     pub candidate_cost: f64,
-    pub control_cost: f64,
+    pub control_cost: Option<f64>,
     /// A duet keep measured again alone: candidate against champion.
     pub confirmation: Option<(Comparison, Samples)>,
 }
@@ -161,11 +164,11 @@ impl Judgement {
 }
 
 /// Judges one candidate against `champion`, measured side by side with it
-/// and the `control`.
+/// and the `control`, if any.
 pub fn judge(
     stages: &mut dyn Stages,
     champion: &Arm,
-    control: &Arm,
+    control: Option<&Arm>,
     rules: &Rules,
     plan: &MeterPlan,
     settings: &TrialSettings,
@@ -241,7 +244,7 @@ fn tampered(mut j: Judgement, e: anyhow::Error, t: Instant) -> Result<Judgement>
 fn measure_and_decide(
     stages: &mut dyn Stages,
     champion: &Arm,
-    control: &Arm,
+    control: Option<&Arm>,
     rules: &Rules,
     plan: &MeterPlan,
     settings: &TrialSettings,
@@ -279,7 +282,10 @@ fn measure_and_decide(
     }
 
     let t = Instant::now();
-    let arms = [champion.clone(), candidate, control.clone()];
+    let arms: Vec<Arm> = [champion.clone(), candidate]
+        .into_iter()
+        .chain(control.cloned())
+        .collect();
     let mut samples = Samples::new(arms.len());
     let mut phase = Phase::Measuring;
     let step = loop {
@@ -312,11 +318,14 @@ fn measure_and_decide(
         }
     }
     let cost = |arm: usize, label: &str| samples.arm_summary(arm, label).cost_per_connection.median;
+    let with_control = control.is_some();
+    let against_control =
+        |arm: usize| with_control.then(|| samples.compare(arm, CONTROL, rules.threshold));
     j.evidence = Some(Evidence {
-        vs_control: samples.compare(CANDIDATE, CONTROL, rules.threshold),
-        champion_vs_control: samples.compare(CHAMPION, CONTROL, rules.threshold),
+        vs_control: against_control(CANDIDATE),
+        champion_vs_control: against_control(CHAMPION),
         candidate_cost: cost(CANDIDATE, "candidate"),
-        control_cost: cost(CONTROL, "control"),
+        control_cost: with_control.then(|| cost(CONTROL, "control")),
         confirmation: None,
         vs_champion,
         samples,
@@ -424,14 +433,14 @@ mod tests {
     #[test]
     fn a_confirmation_serves_each_arm_at_the_rate_of_the_duet_that_decided() {
         let duet = TrialSettings::defaults(vec![0]);
-        let (alone, _) = phase_settings(Phase::Confirming, &duet, 12);
+        let (alone, _) = phase_settings(Phase::Confirming, &duet, 12, true);
         assert_eq!(alone.schedule, Schedule::Blocks);
         // The duet's three arms share the target; alone, each of two arms
         // drives its half of the confirmation's.
         let per_arm_in_duet = duet.saturation.generator_target / 3.0;
         let per_arm_alone = alone.saturation.generator_target / 2.0;
         assert!((per_arm_alone - per_arm_in_duet).abs() < 1e-12);
-        let (measuring, _) = phase_settings(Phase::Measuring, &duet, 12);
+        let (measuring, _) = phase_settings(Phase::Measuring, &duet, 12, true);
         assert_eq!(
             measuring.saturation.generator_target,
             duet.saturation.generator_target

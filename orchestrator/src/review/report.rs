@@ -11,7 +11,9 @@ use std::path::Path;
 use crate::bench::profile::Profile;
 use crate::record::lineage::{Lineage, Source};
 use crate::record::recorded::RecordedRun;
-use crate::referee::format::{fmt_ci, fmt_ci_at, fmt_comparison, fmt_estimate, fmt_ratio};
+use crate::referee::format::{
+    fmt_ci, fmt_ci_at, fmt_comparison, fmt_estimate, fmt_ratio, fmt_vs_control,
+};
 use crate::review::ablate::AblationRecord;
 use crate::review::charts::{
     control_chart, cost_chart, profile_chart, ratio_chart, style, SECTIONS,
@@ -189,7 +191,7 @@ fn replay_section(run: &RecordedRun) -> Option<String> {
          (recorded {}).</p>",
         fmt_comparison(&c.vs_start),
         c.recorded_vs_start,
-        fmt_comparison(&c.vs_control),
+        fmt_vs_control(c.vs_control.as_ref()),
         fmt_ratio(c.recorded_vs_control)
     );
     if let Some(ds) = &r.decisions {

@@ -165,12 +165,15 @@ impl Loop<'_> {
     fn aa_look(&mut self, earlier: &[f64]) -> Result<Look> {
         let sample_count = self.config().compare.samples;
         let threshold = self.config().compare.threshold;
-        let mut samples = Samples::new(3);
         let twin = Arm {
             label: "champion (A/A twin)".into(),
             ..self.champion_arm.clone()
         };
-        let arms = [self.champion_arm.clone(), twin, self.control.clone()];
+        let arms: Vec<Arm> = [self.champion_arm.clone(), twin]
+            .into_iter()
+            .chain(self.control.clone())
+            .collect();
+        let mut samples = Samples::new(arms.len());
         let settings = self.settings();
         if earlier.is_empty() {
             self.bar
@@ -207,11 +210,11 @@ impl Loop<'_> {
             (CHAMPION, "champion"),
             (CANDIDATE, "its twin"),
             (CONTROL, "control"),
-        ]
-        .iter()
-        .filter(|(i, _)| !samples.gate(*i).passed)
-        .map(|(i, name)| format!("{name}: {:?}", samples.gate(*i).detail))
-        .collect();
+        ][..arms.len()]
+            .iter()
+            .filter(|(i, _)| !samples.gate(*i).passed)
+            .map(|(i, name)| format!("{name}: {:?}", samples.gate(*i).detail))
+            .collect();
         if !failing.is_empty() {
             return Ok(Look::Gate(format!(
                 "the starting champion, its twin or the control fails the gate: {}",
@@ -229,7 +232,7 @@ impl Loop<'_> {
         let (bound, sized, pooled_bound) = size(&aa.block_ratios, earlier, threshold);
         let needed = sized.max(sample_count);
         let champ = samples.arm_summary(CHAMPION, "champion");
-        let control = samples.arm_summary(CONTROL, "control");
+        let control = (arms.len() > CONTROL).then(|| samples.arm_summary(CONTROL, "control"));
         let check = AaCheck {
             block_ratios: aa.block_ratios.clone(),
             cv,
@@ -239,9 +242,11 @@ impl Loop<'_> {
             remeasured: None,
         };
         self.run.baseline_cost = Some(champ.cost_per_connection.median);
-        self.run.control_start_cost = Some(control.cost_per_connection.median);
+        self.run.control_start_cost = control.map(|c| c.cost_per_connection.median);
         self.champion.cost_per_connection = Some(champ.cost_per_connection.median);
-        self.champion.vs_control = samples.compare(CHAMPION, CONTROL, threshold).ratio_median;
+        self.champion.vs_control = (arms.len() > CONTROL)
+            .then(|| samples.compare(CHAMPION, CONTROL, threshold).ratio_median)
+            .flatten();
         let max_samples = self.config().run.max_samples;
         let schedule = samples.schedule.unwrap_or(settings.schedule).name();
         let with_earlier = if earlier.is_empty() {

@@ -34,7 +34,8 @@ fn moved_refusal(moved: &[(String, bool)]) -> Option<Refusal> {
 
 /// How far the control's cost moved since the run started, when the
 /// starting cost is known.
-fn control_drift(start: Option<f64>, now: f64) -> Option<f64> {
+fn control_drift(start: Option<f64>, now: Option<f64>) -> Option<f64> {
+    let now = now?;
     start.filter(|c| *c > 0.0).map(|start| now / start - 1.0)
 }
 
@@ -61,8 +62,12 @@ impl Stages for LoopStages<'_, '_> {
 
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
         let label = format!("#{} {}", self.n, phase.name());
-        let (settings, n) =
-            judge::phase_settings(phase, &self.lp.settings(), self.lp.run.sample_count);
+        let (settings, n) = judge::phase_settings(
+            phase,
+            &self.lp.settings(),
+            self.lp.run.sample_count,
+            self.lp.control.is_some(),
+        );
         self.lp.measure(arms, n, samples, &label, &settings)
     }
 }
@@ -89,7 +94,7 @@ impl Loop<'_> {
                 tree,
             },
             &self.champion_arm,
-            &self.control,
+            self.control.as_ref(),
             &rules,
             &self.session.plan,
             &settings,
@@ -128,8 +133,8 @@ impl Loop<'_> {
             }
         }
         record.vs_champion = Some(e.vs_champion.clone());
-        record.vs_control = Some(e.vs_control.clone());
-        record.champion_vs_control = Some(e.champion_vs_control.clone());
+        record.vs_control = e.vs_control.clone();
+        record.champion_vs_control = e.champion_vs_control.clone();
         record.samples = Some(e.samples.clone());
         record.confirmation = e.confirmation.as_ref().map(|(c, _)| c.clone());
     }
@@ -153,9 +158,14 @@ mod tests {
 
     #[test]
     fn the_control_drift_is_against_a_known_starting_cost() {
-        assert_eq!(control_drift(None, 2.0), None);
-        assert_eq!(control_drift(Some(0.0), 2.0), None);
-        let d = control_drift(Some(2.0), 2.1).unwrap();
+        assert_eq!(control_drift(None, Some(2.0)), None);
+        assert_eq!(control_drift(Some(0.0), Some(2.0)), None);
+        assert_eq!(
+            control_drift(Some(2.0), None),
+            None,
+            "a run without a control"
+        );
+        let d = control_drift(Some(2.0), Some(2.1)).unwrap();
         assert!((d - 0.05).abs() < 1e-12);
     }
 }

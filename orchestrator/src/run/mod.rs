@@ -91,8 +91,9 @@ struct Loop<'a> {
     git: RunRepo,
     kb: KnowledgeBase,
     agent: Box<dyn Agent>,
-    control: Arm,
-    /// The control's source at the run's base commit.
+    /// The frozen reference beside every attempt (`run.control`), if any.
+    control: Option<Arm>,
+    /// Where the Go control's source at the run's base commit is exported.
     control_src: PathBuf,
     champion: ChampionRecord,
     champion_arm: Arm,
@@ -131,13 +132,16 @@ impl Loop<'_> {
     /// Drops the cached builds of the champion and the control and builds
     /// them again from their sources (the worktree is at the champion).
     fn rebuild_after_tampering(&mut self) -> Result<()> {
-        for arm in [&self.champion_arm, &self.control] {
+        for arm in std::iter::once(&self.champion_arm).chain(&self.control) {
             if let Some(dir) = arm.command.program.parent() {
                 std::fs::remove_dir_all(dir).ok();
             }
         }
         self.champion_arm = self.build_champion()?;
-        self.control = self.session.workspace.control_at(&self.control_src)?;
+        self.control = self
+            .session
+            .workspace
+            .run_control(&self.run.base_commit, &self.control_src)?;
         say(
             &self.bar,
             "rebuilt the champion and the control after a binary was modified on disk",
@@ -217,15 +221,17 @@ impl Loop<'_> {
             .workspace
             .prepare(&format!("rev:{}", self.run.base_commit))
             .context("building the run's start")?;
-        let arms = [
+        let arms: Vec<Arm> = [
             Arm {
                 label: "start".into(),
                 ..start
             },
             self.champion_arm.clone(),
-            self.control.clone(),
-        ];
-        let mut samples = Samples::new(3);
+        ]
+        .into_iter()
+        .chain(self.control.clone())
+        .collect();
+        let mut samples = Samples::new(arms.len());
         let settings = self.settings();
         let sample_count = self.run.sample_count;
         self.measure(&arms, sample_count, &mut samples, "standing", &settings)?;
@@ -233,8 +239,8 @@ impl Loop<'_> {
         self.run.standing = Some(Standing {
             champion: self.champion.commit.clone(),
             vs_start: samples.compare(1, 0, t),
-            vs_control: samples.compare(1, 2, t),
-            start_vs_control: samples.compare(0, 2, t),
+            vs_control: (arms.len() > 2).then(|| samples.compare(1, 2, t)),
+            start_vs_control: (arms.len() > 2).then(|| samples.compare(0, 2, t)),
             samples,
         });
         Ok(())

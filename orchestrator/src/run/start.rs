@@ -168,6 +168,12 @@ pub(super) fn create(
     })
 }
 
+/// What a run without a control gives up, said when it starts.
+pub(super) const NO_CONTROL: &str =
+    "run.control = \"none\": no frozen reference is measured beside \
+     the attempts, so the machine's drift is not checked against one and no ratio to a reference \
+     is recorded; the keep rule (candidate against champion, side by side) is unchanged";
+
 impl<'a> Loop<'a> {
     /// The loop over an opened run, with the control built from the run's
     /// base commit and the champion from the worktree.
@@ -188,8 +194,11 @@ impl<'a> Loop<'a> {
             .join(&opened.run.run_id);
         let control = session
             .workspace
-            .control_at_rev(&opened.run.base_commit, &control_src)
-            .context("building the control of the run's base commit")?;
+            .run_control(&opened.run.base_commit, &control_src)
+            .context("building the run's control (run.control)")?;
+        if control.is_none() {
+            say(&bar, NO_CONTROL);
+        }
         let champion_src = opened.git.path.join(&session.config().paths.treatment);
         let champion_arm = session.workspace.treatment_arm(
             "champion",

@@ -6,7 +6,7 @@ use crate::agent::AttemptSummary;
 use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
 use crate::record::knowledge::Lesson;
-use crate::referee::format::{fmt_ci, fmt_comparison, fmt_ratio};
+use crate::referee::format::{fmt_ci, fmt_comparison, fmt_ratio, fmt_vs_control};
 use crate::referee::verdict::AttemptVerdict;
 
 impl Loop<'_> {
@@ -66,7 +66,7 @@ impl Loop<'_> {
             s += &format!(
                 "re-measured side by side: the champion costs {} of the run's start and {} of the control\n",
                 fmt_comparison(&st.vs_start),
-                fmt_comparison(&st.vs_control)
+                fmt_vs_control(st.vs_control.as_ref())
             );
         }
         s

@@ -91,6 +91,24 @@ impl Workspace {
         self.control_at(dest)
     }
 
+    /// The control a run measures beside every attempt, as `run.control`
+    /// says: the Go control as it was at `base` (exported into `dest`), a
+    /// fixed arm, or none.
+    pub fn run_control(&self, base: &str, dest: &Path) -> Result<Option<Arm>> {
+        let spec = self.config.run.control.as_str();
+        if spec == "none" {
+            return Ok(None);
+        }
+        let arm = match ArmSpec::parse(spec)? {
+            ArmSpec::Control => self.control_at_rev(base, dest)?,
+            _ => self.prepare(spec)?,
+        };
+        Ok(Some(Arm {
+            label: "control".into(),
+            ..arm
+        }))
+    }
+
     /// The working tree's treatment with playbook entries applied in the
     /// order given, built from a temporary copy: how benchmarks make a known
     /// combination, with the loop's own edit application and build instead

@@ -25,7 +25,7 @@ impl Replayer<'_> {
         lineage: &Lineage,
         trees: &[git2::Oid],
         steps: &[Arm],
-        control: &Arm,
+        control: Option<&Arm>,
         only: &[usize],
         settings: &trial::TrialSettings,
     ) -> Result<Vec<DecisionReplay>> {
@@ -121,7 +121,7 @@ impl Replayer<'_> {
         n: usize,
         tree: git2::Oid,
         champion: &Arm,
-        control: &Arm,
+        control: Option<&Arm>,
         settings: &trial::TrialSettings,
         d: &mut DecisionReplay,
     ) -> Result<Outcome> {
@@ -175,7 +175,12 @@ impl Stages for ReplayStages<'_, '_> {
 
     fn measure(&mut self, arms: &[Arm], samples: &mut Samples, phase: Phase) -> Result<()> {
         let r = self.replayer;
-        let (settings, n) = judge::phase_settings(phase, self.settings, r.sample_count());
+        let (settings, n) = judge::phase_settings(
+            phase,
+            self.settings,
+            r.sample_count(),
+            r.session.config().run.control != "none",
+        );
         progress::measure(
             r.session,
             &settings,

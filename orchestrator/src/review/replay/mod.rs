@@ -19,7 +19,9 @@ use crate::bench::samples::Samples;
 use crate::record::lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};
-use crate::referee::format::{arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio};
+use crate::referee::format::{
+    arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio, fmt_vs_control,
+};
 use crate::referee::verdict::{AttemptVerdict, Verdict};
 use crate::review::progress;
 use crate::session::Session;
@@ -62,8 +64,9 @@ pub struct FinalReplay {
     pub recorded_vs_start: f64,
     pub recorded_vs_control: Option<f64>,
     pub vs_start: Comparison,
-    pub vs_control: Comparison,
-    pub start_vs_control: Comparison,
+    /// None for a run without a control.
+    pub vs_control: Option<Comparison>,
+    pub start_vs_control: Option<Comparison>,
 }
 
 /// One recorded attempt, decided again.
@@ -163,8 +166,8 @@ impl Replayer<'_> {
         let control = self
             .session
             .workspace
-            .control_at_rev(&self.run.run.base_commit, control_src.path())
-            .context("building the control of the run's base commit")?;
+            .run_control(&self.run.run.base_commit, control_src.path())
+            .context("building the run's control (run.control)")?;
         let mut arms = Vec::new();
         for (step, tree) in lineage.steps.iter().zip(&trees) {
             let label = if step.attempt == 0 {
@@ -179,7 +182,7 @@ impl Replayer<'_> {
                     .with_context(|| format!("building {label} of the lineage"))?,
             );
         }
-        arms.push(control.clone());
+        arms.extend(control.clone());
         let k = lineage.steps.len() - 1;
         let c = k + 1;
         let mut samples = Samples::new(arms.len());
@@ -212,17 +215,24 @@ impl Replayer<'_> {
             recorded_vs_start: lineage.steps[k].cumulative,
             recorded_vs_control: lineage.steps[k].vs_control,
             vs_start: samples.compare(k, 0, threshold),
-            vs_control: samples.compare(k, c, threshold),
-            start_vs_control: samples.compare(0, c, threshold),
+            vs_control: control.is_some().then(|| samples.compare(k, c, threshold)),
+            start_vs_control: control.is_some().then(|| samples.compare(0, c, threshold)),
         };
         let decisions = if decisions {
-            Some(self.decisions(&lineage, &trees, &arms[..=k], &control, &only, &settings)?)
+            Some(self.decisions(
+                &lineage,
+                &trees,
+                &arms[..=k],
+                control.as_ref(),
+                &only,
+                &settings,
+            )?)
         } else {
             None
         };
         let fingerprint = environment::fingerprint(
             &self.session.plan,
-            control.source_hash.clone(),
+            control.as_ref().and_then(|c| c.source_hash.clone()),
             arms[0].source_hash.clone(),
         );
         Ok(ReplayRecord {
@@ -284,8 +294,8 @@ pub fn render(r: &ReplayRecord) -> String {
         c.recorded_vs_start,
         fmt_comparison(&c.vs_start),
         fmt_ratio(c.recorded_vs_control),
-        fmt_comparison(&c.vs_control),
-        fmt_comparison(&c.start_vs_control),
+        fmt_vs_control(c.vs_control.as_ref()),
+        fmt_vs_control(c.start_vs_control.as_ref()),
     );
     s += "\n";
     s += &arm_medians(&r.unit, &r.arms);
