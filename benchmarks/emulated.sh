@@ -13,9 +13,14 @@
 #   benchmarks/emulated.sh planted   10 compares of the fixture server with
 #                                    a busy-wait of 1% of its cost against
 #                                    none
+#   benchmarks/emulated.sh keepalive the worked example of
+#                                    docs/your-server.md (C++, keep-alive,
+#                                    IPv6): the server as it is against each
+#                                    of its playbook's entries alone, and
+#                                    all of them applied in order
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: benchmarks/emulated.sh table|aa [N]|planted}
+what=${1:?usage: benchmarks/emulated.sh table|aa [N]|planted|keepalive}
 out=benchmarks/runs/emulated-$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -49,6 +54,15 @@ planted)
   for i in $(seq -w 1 10); do
     $R compare --meter emulated --json --seed "$i" "$(arm 0)" "$(arm $p1)" > "$out/planted-$i.json"
   done
+  ;;
+keepalive)
+  example=examples/keepalive-cpp
+  ids=(date-cache single-send-response accept4-nonblock accept-loop batch-responses)
+  arms=(treatment)
+  for id in "${ids[@]}"; do arms+=("$(server_with "$id")"); done
+  arms+=("$(server_with "${ids[@]}" append-in-place)")
+  printf '%s\n' "${arms[@]}" > "$out/arms.txt"
+  $R --config "$example/harness.toml" compare --meter emulated --json "${arms[@]}" > "$out/keepalive.json"
   ;;
 *) echo "unknown benchmark $what" >&2; exit 2 ;;
 esac
