@@ -19,6 +19,7 @@ need() { # need <command-or-file> <package>
   else command -v "$1" >/dev/null 2>&1 || missing+=("$2"); fi
 }
 need cc gcc
+need g++ g++          # the worked example (examples/keepalive-cpp) is C++
 need make make
 need /usr/include/liburing.h liburing-dev
 need go golang-go

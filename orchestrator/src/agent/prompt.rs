@@ -263,6 +263,40 @@ mod tests {
         ctx
     }
 
+    /// Another server is described in its own words: its language, its
+    /// paragraph, its code fences and its contract, not the C treatment's.
+    #[test]
+    fn the_prompt_speaks_of_the_target_and_its_contract() {
+        let files = BTreeMap::from([("kv/src/main.cpp".to_string(), "int main() {}\n".into())]);
+        let mut ctx = ProposalContext::for_tests(files, std::path::Path::new(""));
+        ctx.target = crate::bench::target::TargetConfig {
+            language: "C++".into(),
+            description: "An epoll keep-alive server.".into(),
+            io_uring: false,
+            ..Default::default()
+        };
+        ctx.contract.requests_per_connection = 8;
+        ctx.contract.closes = Closer::Client;
+        ctx.contract.response = "HTTP/1.1 200 OK\r\nDate: {date}\r\n\r\nok".into();
+        ctx.contract.fields =
+            BTreeMap::from([("date".to_string(), crate::bench::contract::Shape::HttpDate)]);
+        let p = build(&ctx, "FORMAT", None).unwrap();
+        assert!(
+            p.contains("of a C++ server (the treatment). An epoll keep-alive server."),
+            "{p}"
+        );
+        assert!(p.contains("```cpp\nint main() {}"), "{p}");
+        assert!(
+            p.contains("then 8 times: read a request") && p.contains("the client then shuts down"),
+            "{p}"
+        );
+        assert!(
+            p.contains("{date} in the response varies: any HTTP date"),
+            "{p}"
+        );
+        assert!(!p.contains("io_uring") && !p.contains("```c\n"), "{p}");
+    }
+
     #[test]
     fn an_unbudgeted_prompt_holds_everything() {
         let p = build(&context(), "FORMAT", None).unwrap();
