@@ -72,29 +72,8 @@ fn example_repo(playbook: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
         )
         .unwrap();
     }
-    std::fs::write(root.join(".gitignore"), ".ratchet/\n").unwrap();
-    git(root, &["init", "-q", "-b", "main"]);
-    git(
-        root,
-        &["-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"],
-    );
-    commit_all_new(root);
+    init_repo(root, "the example");
     (dir, config)
-}
-
-fn commit_all_new(root: &Path) {
-    git(
-        root,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "the example",
-        ],
-    );
 }
 
 fn ratchet_with(config: &Path, args: &[&str]) -> Output {

@@ -300,14 +300,7 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
              interval is below 1."
                 .to_string(),
         ),
-        (
-            SECTIONS[2],
-            "Against the control",
-            control_chart(run),
-            "The champion of each attempt, measured in the same samples as the frozen Go control; \
-             the first point is the run's baseline."
-                .to_string(),
-        ),
+        against_control(run),
         (
             SECTIONS[3],
             "Profile: baseline and champion",
@@ -340,6 +333,24 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
     s += &attempts_table(run);
     s += "</section></body></html>\n";
     s
+}
+
+/// The control's section: its chart, or what a run without one gave up.
+fn against_control(run: &RecordedRun) -> (&'static str, &'static str, String, String) {
+    let (chart, note) = if run.run.config.run.control == "none" {
+        (
+            String::new(),
+            "This run had no control (run.control = \"none\"): nothing frozen was measured beside \
+             its attempts, so the machine's drift was not checked against a reference.",
+        )
+    } else {
+        (
+            control_chart(run),
+            "The champion of each attempt, measured in the same samples as the frozen control; \
+             the first point is the run's baseline.",
+        )
+    };
+    (SECTIONS[2], "Against the control", chart, note.to_string())
 }
 
 /// Writes the report of `run` to `out`.

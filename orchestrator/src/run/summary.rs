@@ -6,7 +6,7 @@ use crate::agent::AttemptSummary;
 use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
 use crate::record::knowledge::Lesson;
-use crate::referee::format::{fmt_ci, fmt_comparison, fmt_ratio, fmt_vs_control};
+use crate::referee::format::{fmt_ci, fmt_comparison, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 
 impl Loop<'_> {
@@ -55,18 +55,25 @@ impl Loop<'_> {
                 a.hypothesis
             );
         }
+        let vs_control = match self.champion.vs_control {
+            Some(r) => format!("; vs control {r:.3}"),
+            None if self.run.config.run.control == "none" => "; no control".into(),
+            None => "; vs control -".into(),
+        };
         s += &format!(
-            "champion {} (attempt {}): product of the kept ratios {:.3}; vs control {}\n",
+            "champion {} (attempt {}): product of the kept ratios {:.3}{vs_control}\n",
             short(&self.champion.commit),
             self.champion.attempt,
             self.champion.cumulative_ratio,
-            fmt_ratio(self.champion.vs_control)
         );
         if let Some(st) = &self.run.standing {
+            let control = match &st.vs_control {
+                Some(c) => format!(" and {} of the control", fmt_comparison(c)),
+                None => " (no control)".into(),
+            };
             s += &format!(
-                "re-measured side by side: the champion costs {} of the run's start and {} of the control\n",
+                "re-measured side by side: the champion costs {} of the run's start{control}\n",
                 fmt_comparison(&st.vs_start),
-                fmt_vs_control(st.vs_control.as_ref())
             );
         }
         s

@@ -276,6 +276,12 @@ fn fill_fixture_repo(root: &Path, extra_config: &str, playbook: &[String], spin_
         format!("{SMALL}\n{extra_config}"),
     )
     .unwrap();
+    init_repo(root, "fixture");
+}
+
+/// Makes `root` a git repository on `main` whose first commit is
+/// everything in it, ratchet's own directory ignored.
+pub fn init_repo(root: &Path, message: &str) {
     std::fs::write(root.join(".gitignore"), ".ratchet/\n").unwrap();
     git(root, &["init", "-q", "-b", "main"]);
     git(
@@ -291,7 +297,7 @@ fn fill_fixture_repo(root: &Path, extra_config: &str, playbook: &[String], spin_
             "user.email=t@t",
             "commit",
             "-qm",
-            "fixture",
+            message,
         ],
     );
 }
