@@ -20,6 +20,7 @@ use crate::bench::ration::SaturationConfig;
 use crate::bench::target::TargetConfig;
 use crate::bench::trial::TrialSettings;
 use crate::check::range;
+use crate::glob::Globs;
 use crate::referee::config::CompareConfig;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -151,17 +152,24 @@ impl RunConfig {
             50.0,
             600_000.0,
         )?;
-        crate::glob::Globs::new("run.allowed_paths", &self.allowed_paths)?;
-        match crate::bench::arm::ArmSpec::parse(&self.control) {
-            _ if self.control == "none" => {}
-            Ok(ArmSpec::Control | ArmSpec::Rev(_) | ArmSpec::Cmd(_)) => {}
-            _ => bail!(
+        Globs::new("run.allowed_paths", &self.allowed_paths)?;
+        let fixed = matches!(
+            ArmSpec::parse(&self.control),
+            Ok(ArmSpec::Control | ArmSpec::Rev(_) | ArmSpec::Cmd(_))
+        );
+        if !fixed && self.has_control() {
+            bail!(
                 "run.control must be \"control\", \"none\", rev:<git-rev> or cmd:<command line> \
                  (a reference that cannot move during the run), got {:?}",
                 self.control
-            ),
+            );
         }
         Ok(())
+    }
+
+    /// False for `run.control = "none"`: no reference beside the attempts.
+    pub fn has_control(&self) -> bool {
+        self.control != "none"
     }
 }
 

@@ -158,10 +158,7 @@ fn regime(config: &Config, containment: &crate::bench::cgroup::Containment) -> C
 /// probes run only for a target that says it uses io_uring.
 fn build_program(config: &Config) -> Check {
     let program = &config.target.build[0];
-    let found = Command::new("sh")
-        .args(["-c", "command -v \"$1\"", "sh", program])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let found = crate::bench::build::on_path(program);
     check(
         found,
         "target build",

@@ -40,6 +40,35 @@ impl Globs {
         })
     }
 
+    /// The files under `dir` that match, named `prefix` + their
+    /// `/`-separated path from `dir` (the name the patterns are written
+    /// against), sorted. Symbolic links are neither followed nor listed
+    /// (a file of the tree, not whatever a link points at), and `.git` is
+    /// not entered.
+    pub fn files_under(&self, dir: &Path, prefix: &str) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        self.walk(dir, prefix, &mut found)?;
+        found.sort();
+        Ok(found)
+    }
+
+    fn walk(&self, dir: &Path, prefix: &str, found: &mut Vec<String>) -> Result<()> {
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = format!("{prefix}{name}");
+            let kind = entry.file_type()?;
+            if kind.is_dir() && name != ".git" {
+                self.walk(&entry.path(), &format!("{path}/"), found)?;
+            } else if kind.is_file() && self.matches(&path) {
+                found.push(path);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `path` (relative, `/`-separated) matches any pattern. A path
     /// with an empty, `.` or `..` component never does.
     pub fn matches(&self, path: &str) -> bool {
@@ -92,6 +121,22 @@ mod tests {
         for bad in ["../x", "a/../b", "./a", "a//b", ""] {
             assert!(!all.matches(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn files_are_found_at_any_depth_under_their_prefix() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("src/http")).unwrap();
+        std::fs::create_dir_all(d.path().join(".git")).unwrap();
+        std::fs::write(d.path().join("src/main.cpp"), "m").unwrap();
+        std::fs::write(d.path().join("src/http/r.cpp"), "r").unwrap();
+        std::fs::write(d.path().join(".git/x.cpp"), "g").unwrap();
+        std::fs::write(d.path().join("build.sh"), "b").unwrap();
+        std::os::unix::fs::symlink("main.cpp", d.path().join("src/link.cpp")).unwrap();
+        let found = globs(&["kv/**/*.cpp"])
+            .files_under(d.path(), "kv/")
+            .unwrap();
+        assert_eq!(found, ["kv/src/http/r.cpp", "kv/src/main.cpp"]);
     }
 
     #[test]

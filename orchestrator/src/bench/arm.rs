@@ -55,6 +55,12 @@ pub struct Arm {
     pub binary_hash: Option<String>,
 }
 
+/// `arms` with the control, if there is one, last: where every
+/// measurement of a run puts it.
+pub fn with_control(arms: impl IntoIterator<Item = Arm>, control: Option<&Arm>) -> Vec<Arm> {
+    arms.into_iter().chain(control.cloned()).collect()
+}
+
 /// An arm that runs a built binary of `target` as it is.
 pub fn built_arm(label: &str, b: build::Built, target: &TargetConfig) -> Arm {
     Arm {

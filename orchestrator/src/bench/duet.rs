@@ -169,7 +169,6 @@ fn run_epoch(
     Ok((tally.trials, tally.orders))
 }
 
-/// How many slices of `slice` fill `length`: at least one.
 /// Where the load reaches each arm's server.
 fn addresses(arms: &[Arm], ports: &[u16]) -> Vec<std::net::SocketAddr> {
     arms.iter()
@@ -178,6 +177,7 @@ fn addresses(arms: &[Arm], ports: &[u16]) -> Vec<std::net::SocketAddr> {
         .collect()
 }
 
+/// How many slices of `slice` fill `length`: at least one.
 fn slices_in(length: Duration, slice: Duration) -> usize {
     (length.as_nanos() / slice.as_nanos().max(1)).max(1) as usize
 }

@@ -306,14 +306,13 @@ impl RunningServer {
                     self.stderr_tail()
                 );
             }
-            let serves = procfs::group_listens_on(self.pid, self.port, self.family);
-            // Its sockets once it listens and before any client: its listeners.
-            let held = self.sockets();
-            if serves == Some(Serves::Directly)
-                || (serves == Some(Serves::IfDualStack) && self.takes_ipv4())
-            {
-                self.listeners = held;
-                return Ok(());
+            if let Some(serves) = procfs::group_listens_on(self.pid, self.port, self.family) {
+                // Its sockets once it listens and before any client: its listeners.
+                let held = self.sockets();
+                if serves == Serves::Directly || self.takes_ipv4() {
+                    self.listeners = held;
+                    return Ok(());
+                }
             }
             if Instant::now() > deadline {
                 bail!(

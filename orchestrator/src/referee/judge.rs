@@ -9,7 +9,7 @@
 use anyhow::Result;
 use std::time::{Duration, Instant};
 
-use crate::bench::arm::Arm;
+use crate::bench::arm::{with_control, Arm};
 use crate::bench::build::BuildFailure;
 use crate::bench::config::Schedule;
 use crate::bench::meter::MeterPlan;
@@ -282,10 +282,7 @@ fn measure_and_decide(
     }
 
     let t = Instant::now();
-    let arms: Vec<Arm> = [champion.clone(), candidate]
-        .into_iter()
-        .chain(control.cloned())
-        .collect();
+    let arms = with_control([champion.clone(), candidate], control);
     let mut samples = Samples::new(arms.len());
     let mut phase = Phase::Measuring;
     let step = loop {

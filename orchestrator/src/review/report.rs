@@ -337,7 +337,7 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
 
 /// The control's section: its chart, or what a run without one gave up.
 fn against_control(run: &RecordedRun) -> (&'static str, &'static str, String, String) {
-    let (chart, note) = if run.run.config.run.control == "none" {
+    let (chart, note) = if !run.run.config.run.has_control() {
         (
             String::new(),
             "This run had no control (run.control = \"none\"): nothing frozen was measured beside \

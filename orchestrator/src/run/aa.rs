@@ -21,7 +21,7 @@ use anyhow::Result;
 use std::time::Duration;
 
 use super::{say, Loop};
-use crate::bench::arm::Arm;
+use crate::bench::arm::{with_control, Arm};
 use crate::bench::probe;
 use crate::bench::samples::Samples;
 use crate::bench::screen;
@@ -169,10 +169,7 @@ impl Loop<'_> {
             label: "champion (A/A twin)".into(),
             ..self.champion_arm.clone()
         };
-        let arms: Vec<Arm> = [self.champion_arm.clone(), twin]
-            .into_iter()
-            .chain(self.control.clone())
-            .collect();
+        let arms = with_control([self.champion_arm.clone(), twin], self.control.as_ref());
         let mut samples = Samples::new(arms.len());
         let settings = self.settings();
         if earlier.is_empty() {

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::agent::Agent;
-use crate::bench::arm::Arm;
+use crate::bench::arm::{with_control, Arm};
 use crate::bench::profile;
 use crate::bench::samples::Samples;
 use crate::bench::trial::TrialSettings;
@@ -221,16 +221,11 @@ impl Loop<'_> {
             .workspace
             .prepare(&format!("rev:{}", self.run.base_commit))
             .context("building the run's start")?;
-        let arms: Vec<Arm> = [
-            Arm {
-                label: "start".into(),
-                ..start
-            },
-            self.champion_arm.clone(),
-        ]
-        .into_iter()
-        .chain(self.control.clone())
-        .collect();
+        let start = Arm {
+            label: "start".into(),
+            ..start
+        };
+        let arms = with_control([start, self.champion_arm.clone()], self.control.as_ref());
         let mut samples = Samples::new(arms.len());
         let settings = self.settings();
         let sample_count = self.run.sample_count;

@@ -19,38 +19,20 @@ pub fn allowed_files(
 ) -> Result<BTreeMap<String, String>> {
     let scope = Globs::new("run.allowed_paths", patterns)?;
     let mut files = BTreeMap::new();
-    walk(dir, prefix, &scope, &mut files)?;
-    Ok(files)
-}
-
-fn walk(
-    dir: &Path,
-    prefix: &str,
-    scope: &Globs,
-    files: &mut BTreeMap<String, String>,
-) -> Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let rel = format!("{prefix}/{}", entry.file_name().to_string_lossy());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            walk(&entry.path(), &rel, scope, files)?;
-        } else if kind.is_file() && scope.matches(&rel) {
-            files.insert(rel, std::fs::read_to_string(entry.path())?);
-        }
+    for path in scope.files_under(dir, &format!("{prefix}/"))? {
+        let text = std::fs::read_to_string(dir.join(&path[prefix.len() + 1..]))?;
+        files.insert(path, text);
     }
-    Ok(())
-}
-
-pub fn allowed(patterns: &[String], path: &str) -> bool {
-    Globs::new("run.allowed_paths", patterns).is_ok_and(|g| g.matches(path))
+    Ok(files)
 }
 
 /// The changed paths (with their is-symlink flag) that break the rule.
 pub fn violations(patterns: &[String], changed: &[(String, bool)]) -> Vec<String> {
+    let scope = Globs::new("run.allowed_paths", patterns).ok();
+    let allowed = |path: &str| scope.as_ref().is_some_and(|g| g.matches(path));
     changed
         .iter()
-        .filter(|(path, link)| *link || !allowed(patterns, path))
+        .filter(|(path, link)| *link || !allowed(path))
         .map(|(path, link)| {
             if *link {
                 format!("{path} (symbolic link)")
@@ -64,6 +46,11 @@ pub fn violations(patterns: &[String], changed: &[(String, bool)]) -> Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path the rule lets an agent change.
+    fn allowed(patterns: &[String], path: &str) -> bool {
+        violations(patterns, &[(path.to_string(), false)]).is_empty()
+    }
 
     fn defaults() -> Vec<String> {
         vec!["treatment/*.c".into(), "treatment/*.h".into()]

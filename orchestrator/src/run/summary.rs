@@ -57,7 +57,7 @@ impl Loop<'_> {
         }
         let vs_control = match self.champion.vs_control {
             Some(r) => format!("; vs control {r:.3}"),
-            None if self.run.config.run.control == "none" => "; no control".into(),
+            None if !self.run.config.run.has_control() => "; no control".into(),
             None => "; vs control -".into(),
         };
         s += &format!(

@@ -95,10 +95,10 @@ impl Workspace {
     /// says: the Go control as it was at `base` (exported into `dest`), a
     /// fixed arm, or none.
     pub fn run_control(&self, base: &str, dest: &Path) -> Result<Option<Arm>> {
-        let spec = self.config.run.control.as_str();
-        if spec == "none" {
+        if !self.config.run.has_control() {
             return Ok(None);
         }
+        let spec = self.config.run.control.as_str();
         let arm = match ArmSpec::parse(spec)? {
             ArmSpec::Control => self.control_at_rev(base, dest)?,
             _ => self.prepare(spec)?,

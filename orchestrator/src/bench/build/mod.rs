@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bench::cgroup::{self, Cgroup};
+use sha2::{Digest, Sha256};
 
 mod cache;
 mod control;
@@ -118,7 +119,8 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn on_path(tool: &str) -> bool {
+/// Whether `tool` is a file, or a file in a directory of `PATH`.
+pub fn on_path(tool: &str) -> bool {
     if tool.contains('/') {
         return Path::new(tool).is_file();
     }
@@ -146,8 +148,7 @@ struct Recipe<'a> {
 
 impl Recipe<'_> {
     fn key(&self, source_hash: &str) -> String {
-        let mut h = sha2::Sha256::new();
-        use sha2::Digest;
+        let mut h = Sha256::new();
         h.update(source_hash.as_bytes());
         for a in &self.argv {
             h.update([0]);

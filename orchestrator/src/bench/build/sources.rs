@@ -25,28 +25,9 @@ pub fn hash_sources(dir: &Path, sources: &Globs) -> Result<String> {
 }
 
 /// The files under `dir` that `sources` matches, as sorted `/`-separated
-/// relative paths. Symbolic links are neither followed nor listed: a
-/// source is a file of the tree, not whatever a link points at.
+/// relative paths.
 pub fn source_files(dir: &Path, sources: &Globs) -> Result<Vec<String>> {
-    let mut found = Vec::new();
-    walk(dir, "", sources, &mut found)?;
-    found.sort();
-    Ok(found)
-}
-
-fn walk(dir: &Path, prefix: &str, sources: &Globs, found: &mut Vec<String>) -> Result<()> {
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let rel = format!("{prefix}{name}");
-        let kind = entry.file_type()?;
-        if kind.is_dir() && name != ".git" {
-            walk(&entry.path(), &format!("{rel}/"), sources, found)?;
-        } else if kind.is_file() && sources.matches(&rel) {
-            found.push(rel);
-        }
-    }
-    Ok(())
+    sources.files_under(dir, "")
 }
 
 pub fn hash_file(path: &Path) -> Result<String> {

@@ -179,7 +179,7 @@ impl Stages for ReplayStages<'_, '_> {
             phase,
             self.settings,
             r.sample_count(),
-            r.session.config().run.control != "none",
+            r.session.config().run.has_control(),
         );
         progress::measure(
             r.session,
