@@ -19,6 +19,9 @@ static EXECUTED: AtomicU64 = AtomicU64::new(0);
 pub enum Mark {
     WindowBegin = 1,
     WindowEnd = 2,
+    /// Around an unscored window the plugin profiles by code address.
+    ProfileBegin = 3,
+    ProfileEnd = 4,
 }
 
 /// Turns markers on for this process: inside the emulated guest.
@@ -52,6 +55,18 @@ fn execute(mark: Mark) {
             Mark::WindowEnd => {
                 std::arch::asm!(
                     ".byte 0x0f, 0x1f, 0x80, 0x02, 0x00, 0x54, 0x4d",
+                    options(nostack)
+                )
+            }
+            Mark::ProfileBegin => {
+                std::arch::asm!(
+                    ".byte 0x0f, 0x1f, 0x80, 0x03, 0x00, 0x54, 0x4d",
+                    options(nostack)
+                )
+            }
+            Mark::ProfileEnd => {
+                std::arch::asm!(
+                    ".byte 0x0f, 0x1f, 0x80, 0x04, 0x00, 0x54, 0x4d",
                     options(nostack)
                 )
             }

@@ -13,6 +13,9 @@ pub struct Snapshot {
     /// The vCPU that executed the marker.
     pub vcpu: usize,
     pub counts: Vec<u64>,
+    /// Every vCPU's `syscall` instructions so far (none in output written
+    /// before the plugin counted them).
+    pub syscalls: Vec<u64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -26,6 +29,8 @@ pub struct Marks {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Window {
     pub per_vcpu: Vec<u64>,
+    /// System calls each vCPU made in the window.
+    pub syscalls: Vec<u64>,
     /// The vCPU that executed the opening marker.
     pub marked_on: usize,
 }
@@ -44,6 +49,7 @@ fn parse_line(line: &str) -> Result<(bool, Snapshot)> {
     let id = number(words.next())? as u32;
     let mut vcpu = None;
     let mut counts = Vec::new();
+    let mut syscalls = Vec::new();
     for w in words {
         let (k, v) = w.split_once('=').context("a field without '='")?;
         let v: u64 = v
@@ -56,12 +62,24 @@ fn parse_line(line: &str) -> Result<(bool, Snapshot)> {
                 bail!("counter {k} out of order");
             }
             counts.push(v);
+        } else if let Some(i) = k.strip_prefix('s') {
+            if i.parse::<usize>().ok() != Some(syscalls.len()) {
+                bail!("counter {k} out of order");
+            }
+            syscalls.push(v);
         } else {
             bail!("unknown field {k}");
         }
     }
     if counts.is_empty() {
         bail!("no counters");
+    }
+    if !syscalls.is_empty() && syscalls.len() != counts.len() {
+        bail!(
+            "{} system-call counters for {} vCPUs",
+            syscalls.len(),
+            counts.len()
+        );
     }
     Ok((
         end,
@@ -70,6 +88,7 @@ fn parse_line(line: &str) -> Result<(bool, Snapshot)> {
             id,
             vcpu: vcpu.context("no vcpu field")?,
             counts,
+            syscalls,
         },
     ))
 }
@@ -142,6 +161,12 @@ impl Marks {
         }
         Ok(Window {
             per_vcpu: b.counts.iter().zip(&a.counts).map(|(b, a)| b - a).collect(),
+            syscalls: b
+                .syscalls
+                .iter()
+                .zip(&a.syscalls)
+                .map(|(b, a)| b - a)
+                .collect(),
             marked_on: a.vcpu,
         })
     }
@@ -152,7 +177,8 @@ mod tests {
     use super::*;
 
     const GOOD: &str =
-        "MARK 1 1 vcpu=0 c0=100 c1=50\nMARK 2 2 vcpu=0 c0=180 c1=90\nEND 3 0 vcpu=0 c0=200 c1=95\n";
+        "MARK 1 1 vcpu=0 c0=100 c1=50 s0=1 s1=2\nMARK 2 2 vcpu=0 c0=180 c1=90 s0=4 s1=2\n\
+                        END 3 0 vcpu=0 c0=200 c1=95 s0=5 s1=2\n";
 
     #[test]
     fn a_window_is_the_difference_of_its_two_snapshots() {
@@ -160,6 +186,7 @@ mod tests {
         assert!(m.complete);
         let w = m.window(1, 2).unwrap();
         assert_eq!(w.per_vcpu, vec![80, 40]);
+        assert_eq!(w.syscalls, vec![3, 0]);
         assert_eq!(w.marked_on, 0);
         assert!(m.window(2, 1).is_err(), "the markers' roles are checked");
         assert!(m.window(1, 5).is_err());
@@ -177,6 +204,7 @@ mod tests {
                 "counters",
             ),
             ("hello\n", "line 1"),
+            ("MARK 1 1 vcpu=0 c0=1 c1=2 s0=1\n", "system-call counters"),
         ] {
             let e = format!("{:#}", Marks::parse(bad).unwrap_err());
             assert!(e.contains(says), "{bad:?}: {e}");

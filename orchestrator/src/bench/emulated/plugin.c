@@ -18,6 +18,19 @@
  * With sut=N, markers executed on vCPU N (the server's) take no snapshot:
  * a server under test cannot shift the sequence or open a window.
  *
+ * Each snapshot also carries every vCPU's count of executed `syscall`
+ * instructions (s0=, s1=, ...): system calls per connection, counted
+ * without a tracepoint that would run, and be counted, in the guest.
+ *
+ * With profile=PATH, the instructions each vCPU executes while profiling
+ * is on (between markers 3 and 4) are also counted by translated block,
+ * keyed by the block's first guest address, with how often it ran; at
+ * each closing marker the table is written to PATH and cleared:
+ *
+ *     PROFILE <seq of the closing marker>
+ *     <address hex> <vCPU> <instructions> <executions>
+ *     ...
+ *
  * Counting is per translated block (one helper call adds the block's
  * length), split at every marker so that a snapshot holds exactly the
  * instructions before it, the marker included, and none after it.
@@ -63,6 +76,7 @@ size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *);
 struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *, size_t);
 size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *);
 size_t qemu_plugin_insn_data(const struct qemu_plugin_insn *, void *dest, size_t len);
+uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *);
 
 #define EXPORT __attribute__((visibility("default")))
 EXPORT int qemu_plugin_version = 4;
@@ -74,14 +88,66 @@ static struct {
     uint64_t n;
     char pad[56];
 } count[MAX_VCPUS];
+static struct {
+    uint64_t n;
+    char pad[56];
+} syscalls[MAX_VCPUS];
 static int vcpus = 1;
 static long sut_vcpu = -1;
 static uint64_t seq;
 static FILE *out;
 
+/* The profile: one record per translated block's guest address, found by
+   open addressing; a block translated again (another vCPU's address
+   space, a flushed cache) finds its record by address. */
+#define PROFILE_SLOTS (1u << 18)
+#define PROFILE_VCPUS 8
+struct block {
+    uint64_t pc;
+    uint64_t insns;
+    uint64_t n[PROFILE_VCPUS];
+    uint64_t runs[PROFILE_VCPUS];
+};
+static struct block *profile;
+static FILE *profile_out;
+static bool profiling;
+
+enum { MARK_PROFILE_BEGIN = 3, MARK_PROFILE_END = 4 };
+
 static void add(unsigned int vcpu, void *n)
 {
     count[vcpu].n += (uintptr_t)n;
+}
+
+static void add_syscall(unsigned int vcpu, void *unused)
+{
+    (void)unused;
+    syscalls[vcpu].n++;
+}
+
+static void add_block(unsigned int vcpu, void *b)
+{
+    if (!profiling || vcpu >= PROFILE_VCPUS)
+        return;
+    struct block *blk = b;
+    blk->n[vcpu] += blk->insns;
+    blk->runs[vcpu]++;
+}
+
+static struct block *block_at(uint64_t pc, uint64_t insns)
+{
+    uint64_t h = pc * 0x9e3779b97f4a7c15ull;
+    for (uint32_t i = 0; i < PROFILE_SLOTS; i++) {
+        struct block *b = &profile[(h + i) & (PROFILE_SLOTS - 1)];
+        if (b->insns == 0) {
+            b->pc = pc;
+            b->insns = insns;
+            return b;
+        }
+        if (b->pc == pc && b->insns == insns)
+            return b;
+    }
+    return NULL;
 }
 
 static void snapshot(const char *tag, unsigned int id, unsigned int vcpu)
@@ -89,15 +155,51 @@ static void snapshot(const char *tag, unsigned int id, unsigned int vcpu)
     fprintf(out, "%s %llu %u vcpu=%u", tag, (unsigned long long)++seq, id, vcpu);
     for (int i = 0; i < vcpus; i++)
         fprintf(out, " c%d=%llu", i, (unsigned long long)count[i].n);
+    for (int i = 0; i < vcpus; i++)
+        fprintf(out, " s%d=%llu", i, (unsigned long long)syscalls[i].n);
     fputc('\n', out);
     fflush(out);
+}
+
+/* Writes the profile taken since the opening marker, and clears it. */
+static void dump_profile(void)
+{
+    fprintf(profile_out, "PROFILE %llu\n", (unsigned long long)seq);
+    for (uint32_t i = 0; i < PROFILE_SLOTS; i++) {
+        struct block *b = &profile[i];
+        for (int v = 0; v < vcpus && v < PROFILE_VCPUS; v++) {
+            if (!b->runs[v])
+                continue;
+            fprintf(profile_out, "%llx %d %llu %llu\n", (unsigned long long)b->pc, v,
+                    (unsigned long long)b->n[v], (unsigned long long)b->runs[v]);
+            b->n[v] = b->runs[v] = 0;
+        }
+    }
+    fflush(profile_out);
 }
 
 static void mark(unsigned int vcpu, void *id)
 {
     if ((long)vcpu == sut_vcpu)
         return;
-    snapshot("MARK", (unsigned int)(uintptr_t)id, vcpu);
+    unsigned int which = (unsigned int)(uintptr_t)id;
+    if (which == MARK_PROFILE_BEGIN)
+        profiling = profile != NULL;
+    snapshot("MARK", which, vcpu);
+    if (which == MARK_PROFILE_END && profiling) {
+        profiling = false;
+        dump_profile();
+    }
+}
+
+/* Whether `insn` is `syscall` (0F 05). */
+static bool is_syscall(const struct qemu_plugin_insn *insn)
+{
+    uint8_t d[2] = {0};
+    if (qemu_plugin_insn_size(insn) != 2)
+        return false;
+    qemu_plugin_insn_data(insn, d, sizeof d);
+    return d[0] == 0x0f && d[1] == 0x05;
 }
 
 /* The marker's id, or -1 when `insn` is no marker. */
@@ -118,8 +220,15 @@ static void translate(qemu_plugin_id_t plugin, struct qemu_plugin_tb *tb)
     size_t n = qemu_plugin_tb_n_insns(tb);
     size_t start = 0; /* first instruction of the segment being counted */
     struct qemu_plugin_insn *head = NULL;
+    if (profile) {
+        struct block *b = block_at(qemu_plugin_tb_vaddr(tb), n);
+        if (b)
+            qemu_plugin_register_vcpu_tb_exec_cb(tb, add_block, QEMU_PLUGIN_CB_NO_REGS, b);
+    }
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        if (is_syscall(insn))
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, add_syscall, QEMU_PLUGIN_CB_NO_REGS, NULL);
         long id = marker_id(insn);
         if (id < 0)
             continue;
@@ -146,6 +255,8 @@ static void at_exit(qemu_plugin_id_t plugin, void *unused)
     (void)unused;
     snapshot("END", 0, 0);
     fclose(out);
+    if (profile_out)
+        fclose(profile_out);
 }
 
 EXPORT int qemu_plugin_install(qemu_plugin_id_t plugin, const qemu_info_t *info, int argc, char **argv)
@@ -159,6 +270,11 @@ EXPORT int qemu_plugin_install(qemu_plugin_id_t plugin, const qemu_info_t *info,
         if (!strncmp(argv[i], "out=", 4)) {
             out = fopen(argv[i] + 4, "w");
             if (!out)
+                return -1;
+        } else if (!strncmp(argv[i], "profile=", 8)) {
+            profile_out = fopen(argv[i] + 8, "w");
+            profile = calloc(PROFILE_SLOTS, sizeof *profile);
+            if (!profile_out || !profile)
                 return -1;
         } else if (!strncmp(argv[i], "sut=", 4)) {
             sut_vcpu = strtol(argv[i] + 4, NULL, 10);
