@@ -204,6 +204,7 @@ impl Probe {
                 generator_capacity_cps: None,
                 probe_warmup_ms: warmup_ms,
                 backlog: None,
+                live: None,
                 warning: Some(
                     "the probe served no connection: every arm keeps the probe's own allotment"
                         .into(),
@@ -232,6 +233,7 @@ impl Probe {
             generator_capacity_cps: Some(capacity),
             probe_warmup_ms: warmup_ms,
             backlog: None,
+            live: None,
             warning: match (start_up, warning) {
                 (Some(a), Some(b)) => Some(format!("{a}; {b}")),
                 (a, b) => a.or(b),

@@ -1,6 +1,7 @@
 //! What /proc says about the server under test: which process owns a
 //! listening socket, and which processes belong to its process group.
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fs;
 use std::net::{IpAddr, Ipv6Addr};
@@ -182,6 +183,82 @@ fn registered_sockets(fdinfo: &str) -> Vec<u64> {
 /// Time `cpu` has spent idle, in µs: the sum over its cpuidle states (µs
 /// resolution), or where the kernel has no cpuidle, `/proc/stat`'s idle and
 /// iowait (clock-tick resolution, 10 ms at the usual 100 Hz).
+/// The kernel's counts of events on one CPU: interrupts by kind and
+/// softirqs. Per connection they say why a server costs what it does
+/// (cross-CPU wake-ups, task work sent by IPI, interrupts), and reading
+/// them from another CPU adds nothing to what that CPU executes.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CoreEvents {
+    /// Rescheduling IPIs: another CPU woke a task here.
+    pub reschedule_ipis: f64,
+    /// Function-call IPIs (remote wake-ups and work queued by another CPU)
+    /// and TLB shootdowns.
+    pub call_ipis: f64,
+    /// Local timer interrupts.
+    pub timer_interrupts: f64,
+    /// Softirqs run here, of every kind...
+    pub softirqs: f64,
+    /// ...and network receive among them.
+    pub net_rx_softirqs: f64,
+}
+
+impl CoreEvents {
+    pub fn minus(&self, earlier: &Self) -> Self {
+        Self {
+            reschedule_ipis: self.reschedule_ipis - earlier.reschedule_ipis,
+            call_ipis: self.call_ipis - earlier.call_ipis,
+            timer_interrupts: self.timer_interrupts - earlier.timer_interrupts,
+            softirqs: self.softirqs - earlier.softirqs,
+            net_rx_softirqs: self.net_rx_softirqs - earlier.net_rx_softirqs,
+        }
+    }
+
+    pub fn per(&self, connections: u64) -> Self {
+        let n = connections.max(1) as f64;
+        Self {
+            reschedule_ipis: self.reschedule_ipis / n,
+            call_ipis: self.call_ipis / n,
+            timer_interrupts: self.timer_interrupts / n,
+            softirqs: self.softirqs / n,
+            net_rx_softirqs: self.net_rx_softirqs / n,
+        }
+    }
+}
+
+/// The column of `cpu` in a per-CPU table such as `/proc/interrupts` or
+/// `/proc/softirqs`, for the row named `name` (`RES:`, `NET_RX:`).
+fn per_cpu_column(table: &str, name: &str, cpu: usize) -> Option<f64> {
+    let cpus = table.lines().next()?.split_whitespace().count();
+    let row = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))?;
+    let v: Vec<&str> = row.split_whitespace().skip(1).take(cpus).collect();
+    v.get(cpu)?.parse().ok()
+}
+
+/// The counts of [`CoreEvents`] on `cpu` since boot.
+pub fn core_events(cpu: usize) -> Option<CoreEvents> {
+    let irqs = fs::read_to_string("/proc/interrupts").ok()?;
+    let soft = fs::read_to_string("/proc/softirqs").ok()?;
+    Some(events_from(&irqs, &soft, cpu))
+}
+
+fn events_from(irqs: &str, soft: &str, cpu: usize) -> CoreEvents {
+    let irq = |n: &str| per_cpu_column(irqs, n, cpu).unwrap_or(0.0);
+    let sum: f64 = soft
+        .lines()
+        .skip(1)
+        .filter_map(|l| per_cpu_column(soft, l.split_whitespace().next()?, cpu))
+        .sum();
+    CoreEvents {
+        reschedule_ipis: irq("RES:"),
+        call_ipis: irq("CAL:") + irq("TLB:"),
+        timer_interrupts: irq("LOC:"),
+        softirqs: sum,
+        net_rx_softirqs: per_cpu_column(soft, "NET_RX:", cpu).unwrap_or(0.0),
+    }
+}
+
 pub fn cpu_idle_us(cpu: usize) -> Option<u64> {
     let states = format!("/sys/devices/system/cpu/cpu{cpu}/cpuidle");
     if let Ok(dir) = fs::read_dir(&states) {
@@ -274,6 +351,25 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let b = cpu_idle_us(0).unwrap();
         assert!(b >= a);
+    }
+
+    #[test]
+    fn core_events_read_one_cpus_column() {
+        let irqs = "           CPU0       CPU1\n  0:         40          0   IO-APIC   2-edge      timer\n\
+                    LOC:       1000       2000   Local timer interrupts\n\
+                    RES:         10         20   Rescheduling interrupts\n\
+                    CAL:          3          4   Function call interrupts\n\
+                    TLB:          1          2   TLB shootdowns\n";
+        let soft = "                    CPU0       CPU1\n          HI:          0          1\n\
+                    NET_RX:          5          7\n         RCU:        100        200\n";
+        let e = events_from(irqs, soft, 1);
+        assert_eq!(e.reschedule_ipis, 20.0);
+        assert_eq!(e.call_ipis, 6.0);
+        assert_eq!(e.timer_interrupts, 2000.0);
+        assert_eq!(e.net_rx_softirqs, 7.0);
+        assert_eq!(e.softirqs, 208.0);
+        let per = e.minus(&events_from(irqs, soft, 0)).per(2);
+        assert_eq!(per.reschedule_ipis, 5.0);
     }
 
     #[test]

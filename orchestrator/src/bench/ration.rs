@@ -181,9 +181,22 @@ pub struct RegimeRecord {
     /// before it ran (`bench/emulated/batch.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog: Option<u64>,
+    /// In the emulated meter's live regime: the clients and the guest
+    /// (`bench/emulated/live.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveLoad>,
     /// Why this measurement may not be in the saturated regime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+}
+
+/// The live regime's load, as recorded.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LiveLoad {
+    /// Clients in flight, each holding one connection at a time.
+    pub connections: u64,
+    /// The guest's vCPUs: the last the server's, the others the clients'.
+    pub vcpus: u64,
 }
 
 impl RegimeRecord {
@@ -202,6 +215,14 @@ impl RegimeRecord {
 
     /// One line for tables and logs.
     pub fn describe(&self) -> String {
+        if let Some(l) = self.live {
+            return format!(
+                "saturated, live: {} clients in flight on {} vCPUs beside the server alone on its own; \
+                 the cost is the server vCPU's instructions",
+                l.connections,
+                l.vcpus - 1
+            );
+        }
         if let Some(n) = self.backlog {
             return format!(
                 "saturated: every server served backlogs of {n} connections, queued while it was stopped"

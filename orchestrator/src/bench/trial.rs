@@ -191,6 +191,20 @@ pub struct Measurement {
     /// ran (the cost is the server's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emulated: Option<EmulatedCounts>,
+    /// Where measured (the emulated live regime): interrupts and softirqs
+    /// on the server's core per connection in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_events: Option<procfs::CoreEvents>,
+    /// Inside the emulated guest: the markers around an unscored window
+    /// the meter plugin profiled, and the connections completed in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_window: Option<ProfileWindow>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProfileWindow {
+    pub marks: [u64; 2],
+    pub connections: u64,
 }
 
 /// Instructions executed in the guest during a trial's windows, user and

@@ -2,6 +2,7 @@
 //! the run, and, for replay and ablate, re-measuring it with its own
 //! settings on this machine and keeping the record.
 
+use crate::bench::emulated::WorkloadRegime;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -68,6 +69,11 @@ fn recorded_settings(
     measure: &MeasureArgs,
 ) -> Result<Config> {
     let mut config = recorded.clone();
+    // Runs recorded before the live regime say nothing of it: they served
+    // backlogs.
+    if config.emulator.regime == WorkloadRegime::Auto {
+        config.emulator.regime = WorkloadRegime::Backlog;
+    }
     config.machine = current.machine;
     config.paths = current.paths;
     config.build = current.build;

@@ -133,7 +133,7 @@ pub(super) fn create(
     let run = RunRecord {
         run_id: run_id.clone(),
         started_at: now_utc(),
-        config: cfg.clone(),
+        config: recorded_config(cfg),
         fingerprint: environment::fingerprint(&session.plan, control_hash, treatment_hash),
         base_commit: base.clone(),
         branch: git.branch.clone(),
@@ -256,6 +256,15 @@ fn same_meter(
         );
     }
     Ok(())
+}
+
+/// The configuration a run records: `auto` resolved to what it measured
+/// in, so that a replay measures in the same regime even after `auto`
+/// has come to mean another.
+fn recorded_config(cfg: &crate::config::Config) -> crate::config::Config {
+    let mut c = cfg.clone();
+    c.emulator.regime = c.emulator.workload();
+    c
 }
 
 #[cfg(test)]

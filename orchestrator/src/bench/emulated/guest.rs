@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ use crate::bench::config::GateConfig;
 use crate::bench::config::Schedule;
 use crate::bench::contract::Contract;
 use crate::bench::emulated::batch::{self, BatchSettings};
+use crate::bench::emulated::live::{self, LiveSettings};
+use crate::bench::emulated::WorkloadRegime;
 use crate::bench::launch::ServerCommand;
 use crate::bench::marker;
 use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
@@ -54,7 +57,13 @@ pub struct GuestSettings {
     pub vcpus: usize,
     pub ready_timeout_ms: u64,
     pub stop_grace_ms: u64,
+    pub regime: WorkloadRegime,
     pub batch: BatchSettings,
+    pub live: LiveSettings,
+    /// Live: the clients in flight, and how long one may wait for its
+    /// answer (guest ms).
+    pub connections: usize,
+    pub connection_timeout_ms: u64,
     pub gate: GateConfig,
     pub contract: Contract,
     /// The host's limit on open files, which its servers get: the guest
@@ -64,17 +73,21 @@ pub struct GuestSettings {
 }
 
 impl GuestSettings {
-    /// What the host's schedule and launch read; the timed load's settings
-    /// have no use here (see [`batch`]).
+    /// What the host's schedule, launch and load generator read; the timed
+    /// load's windows have no use here (see [`batch`] and [`live`]).
     pub fn trial_settings(&self) -> TrialSettings {
         let ms = Duration::from_millis;
+        let (connections, connection_timeout) = match self.regime {
+            WorkloadRegime::Live => (self.connections, ms(self.connection_timeout_ms)),
+            _ => (self.batch.backlog, self.batch.timeout),
+        };
         TrialSettings {
             warmup: Duration::ZERO,
             window: Duration::ZERO,
             ready_timeout: ms(self.ready_timeout_ms),
             stop_grace: ms(self.stop_grace_ms),
-            connections: self.batch.backlog,
-            connection_timeout: self.batch.timeout,
+            connections,
+            connection_timeout,
             load_cores: (0..self.vcpus - 1).collect(),
             gate: self.gate.clone(),
             contract: Arc::new(self.contract.clone()),
@@ -163,6 +176,9 @@ fn measure(plan: &GuestPlan, channel: &mut std::fs::File) -> Result<Samples> {
         );
     }
     pin_self(&settings.load_cores);
+    if plan.settings.live.profile_connections > 0 {
+        send_kernel_symbols(channel)?;
+    }
     let arms: Vec<Arm> = plan
         .arms
         .iter()
@@ -174,9 +190,22 @@ fn measure(plan: &GuestPlan, channel: &mut std::fs::File) -> Result<Samples> {
         })
         .collect();
     let batches = &plan.settings.batch;
-    let trial = |server: &ServerCommand, meter: &MeterPlan, s: &TrialSettings| {
-        batch::run_trial(server, meter, s, batches)
-    };
+    let trials = AtomicU64::new(0);
+    let trial =
+        |server: &ServerCommand, meter: &MeterPlan, s: &TrialSettings| match plan.settings.regime {
+            WorkloadRegime::Live => {
+                let k = trials.fetch_add(1, Ordering::Relaxed);
+                let l = &plan.settings.live;
+                let jitter = |n, salt: u64| live::jittered(n, plan.seed ^ (k << 1 | salt));
+                let sized = LiveSettings {
+                    warmup_connections: jitter(l.warmup_connections, 0),
+                    window_connections: jitter(l.window_connections, 1),
+                    ..l.clone()
+                };
+                live::run_trial(server, meter, s, &sized)
+            }
+            _ => batch::run_trial(server, meter, s, batches),
+        };
     warm_each(&arms, &meter, &settings, &trial, channel)?;
     let mut samples = Samples::new(arms.len());
     samples.schedule = Some(Schedule::Blocks);
@@ -195,6 +224,29 @@ fn measure(plan: &GuestPlan, channel: &mut std::fs::File) -> Result<Samples> {
         &mut progress,
     )?;
     Ok(samples)
+}
+
+/// Sends the kernel's text symbols to the host, which names the kernel
+/// functions of a profile by them: Debian ships no System.map with its
+/// image, and a profiled guest's kernel is not relocated.
+fn send_kernel_symbols(channel: &mut std::fs::File) -> Result<()> {
+    let text = std::fs::read_to_string("/proc/kallsyms").context("reading /proc/kallsyms")?;
+    let mut out = String::with_capacity(text.len() / 2);
+    for line in text.lines() {
+        let mut w = line.split_whitespace();
+        if let (Some(addr), Some(kind), Some(name)) = (w.next(), w.next(), w.next()) {
+            if matches!(kind, "t" | "T") && w.next().is_none() {
+                out.push_str("SYM ");
+                out.push_str(addr);
+                out.push(' ');
+                out.push_str(name);
+                out.push('\n');
+            }
+        }
+    }
+    channel.write_all(out.as_bytes())?;
+    channel.flush()?;
+    Ok(())
 }
 
 /// Runs every arm once, unscored, announcing each first. The first trial

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::count;
 use super::guest::{self, GuestPlan, GuestSettings};
 use super::image::{self, Image};
 use super::marks::Marks;
@@ -23,9 +24,11 @@ use crate::bench::arm::Arm;
 use crate::bench::config::GateConfig;
 use crate::bench::config::Schedule;
 use crate::bench::emulated::batch::BatchSettings;
-use crate::bench::ration::{Regime, RegimeRecord};
+use crate::bench::emulated::live::LiveSettings;
+use crate::bench::emulated::WorkloadRegime;
+use crate::bench::ration::{LiveLoad, Regime, RegimeRecord};
 use crate::bench::samples::{verify, Samples, Step};
-use crate::bench::trial::{failed_start, EmulatedCounts, Measurement, TrialSettings};
+use crate::bench::trial::{failed_start, TrialSettings};
 
 /// How many guests share `samples`: one per host core unless configured,
 /// and never more than there are samples.
@@ -68,8 +71,10 @@ fn guest_seed(seed: u64, measurement: u64, first_sample: usize, guest: usize) ->
 /// The trial settings in guest time.
 pub fn guest_settings(e: &Emulator, s: &TrialSettings) -> GuestSettings {
     let c = &e.config;
+    let live = c.workload() == WorkloadRegime::Live;
     GuestSettings {
-        vcpus: c.vcpus,
+        vcpus: c.guest_vcpus(),
+        regime: c.workload(),
         ready_timeout_ms: s.ready_timeout.as_millis() as u64,
         stop_grace_ms: s.stop_grace.as_millis() as u64,
         batch: BatchSettings {
@@ -78,10 +83,23 @@ pub fn guest_settings(e: &Emulator, s: &TrialSettings) -> GuestSettings {
             warmup_batches: c.warmup_batches,
             timeout: Duration::from_millis(c.batch_timeout_ms),
         },
+        live: LiveSettings {
+            warmup_connections: c.warmup_connections,
+            window_connections: c.window_connections,
+            stall: s.connection_timeout,
+            profile_connections: c.profile_connections,
+        },
+        connections: s.connections,
+        connection_timeout_ms: s.connection_timeout.as_millis() as u64,
         gate: GateConfig {
             // Every scored connection is counted exactly: a trial needs
-            // all of its batches served, not a timed window's worth.
-            min_completed: (c.backlog * c.batches) as u64,
+            // its whole window served, not a timed window's worth (the
+            // live window's length is jittered down by up to a quarter).
+            min_completed: if live {
+                c.window_connections - c.window_connections / 4
+            } else {
+                (c.backlog * c.batches) as u64
+            },
             ..s.gate.clone()
         },
         contract: (*s.contract).clone(),
@@ -89,13 +107,20 @@ pub fn guest_settings(e: &Emulator, s: &TrialSettings) -> GuestSettings {
     }
 }
 
-/// The regime of an emulated measurement: every server serves backlogs
-/// queued while it was stopped, so it has work from its first accept to its
-/// last close, and nothing but the clients' looking runs beside it.
+/// The regime of an emulated measurement. Backlogs: every server serves
+/// backlogs queued while it was stopped, so it has work from its first
+/// accept to its last close, and nothing but the clients' looking runs
+/// beside it. Live: clients hold `load.connections` in flight beside it,
+/// and each window shows whether it was busy (`live::MIN_BUSY`).
 pub fn regime(e: &Emulator, s: &TrialSettings) -> RegimeRecord {
+    let live = e.config.workload() == WorkloadRegime::Live;
     RegimeRecord {
         regime: Regime::Saturated,
-        backlog: Some(e.config.backlog as u64),
+        backlog: (!live).then_some(e.config.backlog as u64),
+        live: live.then(|| LiveLoad {
+            connections: s.connections as u64,
+            vcpus: e.config.guest_vcpus() as u64,
+        }),
         warning: (s.saturation.regime == Regime::Idle).then(|| {
             "saturation.regime = \"idle\" does not apply to the emulated meter: its servers serve backlogs".into()
         }),
@@ -353,40 +378,12 @@ fn guest_samples(
         .find_map(|l| l.strip_prefix("RESULT "))
         .context("the guest powered off without reporting a result")?;
     let mut samples: Samples = serde_json::from_str(json).context("parsing the guest's result")?;
-    let sut = e.config.vcpus - 1;
+    let (sut, regime) = (e.config.sut_vcpu(), e.config.workload());
     for m in samples.trials.iter_mut().flatten() {
-        count_window(m, marks, sut).with_context(|| format!("{}", marks_path.display()))?;
+        count::count_window(m, marks, sut, regime)
+            .with_context(|| format!("{}", marks_path.display()))?;
     }
     Ok(samples)
-}
-
-/// Puts the plugin's counts over `m`'s windows in place of the guest's
-/// time.
-pub fn count_window(m: &mut Measurement, marks: &Marks, sut: usize) -> Result<()> {
-    m.cost_per_connection = None;
-    m.slice_costs.clear();
-    if m.windows.is_empty() {
-        return Ok(());
-    }
-    let (mut server, mut guest) = (0, 0);
-    for &[begin, end] in &m.windows {
-        let w = marks.window(begin, end)?;
-        server += *w
-            .per_vcpu
-            .get(sut)
-            .context("no count for the server's vCPU")?;
-        guest += w.per_vcpu.iter().sum::<u64>();
-    }
-    m.emulated = Some(EmulatedCounts {
-        server,
-        generator: guest - server,
-        guest,
-    });
-    m.meter_delta.primary = guest;
-    if m.gate.passed && m.window_completed > 0 {
-        m.cost_per_connection = Some(guest as f64 / m.window_completed as f64);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -413,37 +410,6 @@ mod tests {
             "a second look differs"
         );
         assert_eq!(guest_seed(1, 1, 0, 0), guest_seed(1, 1, 0, 0));
-    }
-
-    #[test]
-    fn windows_cost_the_whole_guests_instructions_per_connection() {
-        // Two windows: 2000 and 1000 instructions on vCPU 1; what ran
-        // between them (snapshots 2 to 3) is not counted.
-        let marks = Marks::parse(
-            "MARK 1 1 vcpu=0 c0=1000 c1=500\nMARK 2 2 vcpu=0 c0=6000 c1=2500\n\
-             MARK 3 1 vcpu=0 c0=7000 c1=9500\nMARK 4 2 vcpu=0 c0=10000 c1=10500\n\
-             END 5 0 vcpu=0 c0=1 c1=1\n",
-        )
-        .unwrap();
-        let mut m = Measurement {
-            windows: vec![[1, 2], [3, 4]],
-            window_completed: 100,
-            cost_per_connection: Some(123.0),
-            slice_costs: vec![1.0],
-            ..Default::default()
-        };
-        m.gate.passed = true;
-        count_window(&mut m, &marks, 1).unwrap();
-        // The whole guest's 11000 over 100 connections.
-        assert_eq!(m.cost_per_connection, Some(110.0));
-        assert_eq!(m.emulated.unwrap().generator, 8000);
-        assert!(
-            m.slice_costs.is_empty(),
-            "guest-time slices are not instructions"
-        );
-        m.gate.passed = false;
-        count_window(&mut m, &marks, 1).unwrap();
-        assert_eq!(m.cost_per_connection, None, "a failed gate has no score");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::marks::Marks;
-use super::Emulator;
+use super::{Emulator, WorkloadRegime};
 use crate::interrupt;
 
 /// How a guest ended.
@@ -59,21 +59,39 @@ pub struct GuestRun {
 }
 
 /// The kernel command line: quiet, reboot (so exit) at once on a panic,
-/// no self-tests of the crypto API (seconds of boot under emulation), the
-/// server's vCPU kept free of RCU callbacks and device interrupts, and a
-/// TCP hash table large enough that a lookup's cost does not depend on
-/// which sockets share its bucket.
-fn append(sut: usize) -> String {
-    format!(
-        "console=ttyS0 quiet panic=-1 oops=panic cryptomgr.notests rdinit=/init \
-         rcu_nocbs={sut} irqaffinity=0 thash_entries=131072"
-    )
+/// no self-tests of the crypto API (seconds of boot under emulation),
+/// device interrupts on vCPU 0, and a TCP hash table large enough that a
+/// lookup's cost does not depend on which sockets share its bucket.
+///
+/// Backlogs: the server's vCPU is kept free of RCU callbacks (the whole
+/// guest is counted, so where they run does not matter). Live: the
+/// server's vCPU is isolated from the scheduler's balancing, so nothing
+/// but the server runs there, and it runs its own RCU callbacks, as a
+/// core does that `perf stat -C` counts.
+///
+/// A profiled guest's kernel is not relocated, so its code addresses are
+/// the kernel image's own (`System.map`).
+fn append(regime: WorkloadRegime, sut: usize, profiled: bool) -> String {
+    let common = "console=ttyS0 quiet panic=-1 oops=panic cryptomgr.notests rdinit=/init \
+                  irqaffinity=0 thash_entries=131072";
+    let relocation = if profiled { " nokaslr" } else { "" };
+    match regime {
+        WorkloadRegime::Live => format!("{common} isolcpus=domain,managed_irq,{sut}{relocation}"),
+        _ => format!("{common} rcu_nocbs={sut}{relocation}"),
+    }
 }
 
 /// Every online core of the host: ratchet pins itself away from the SUT
 /// core, but emulated counts do not depend on where the emulator runs.
 pub fn host_cores() -> usize {
     (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize
+}
+
+/// Where a profiled guest's plugin writes its profiles.
+pub const PROFILE_FILE: &str = "profile.log";
+
+fn profiled(e: &Emulator) -> bool {
+    e.config.workload() == WorkloadRegime::Live && e.config.profile_connections > 0
 }
 
 fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Command {
@@ -92,7 +110,7 @@ fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Command {
     .args(["-icount", "shift=0,sleep=off", "-no-reboot"])
     .args(["-rtc", "base=2024-01-01T00:00:00,clock=vm"])
     .arg("-smp")
-    .arg(e.config.vcpus.to_string())
+    .arg(e.config.guest_vcpus().to_string())
     .arg("-m")
     .arg(e.config.memory_mb.to_string())
     .arg("-seed")
@@ -102,17 +120,26 @@ fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Command {
     .arg("-initrd")
     .arg(initrd)
     .arg("-append")
-    .arg(append(e.config.vcpus - 1))
+    .arg(append(
+        e.config.workload(),
+        e.config.sut_vcpu(),
+        profiled(e),
+    ))
     .arg("-serial")
     .arg(format!("file:{}", dir.join("console.log").display()))
     .arg("-serial")
     .arg(format!("file:{}", dir.join("channel.log").display()))
     .arg("-plugin")
     .arg(format!(
-        "{},out={},sut={}",
+        "{},out={},sut={}{}",
         e.plugin.display(),
         dir.join("marks.log").display(),
-        e.config.vcpus - 1
+        e.config.sut_vcpu(),
+        if profiled(e) {
+            format!(",profile={}", dir.join(PROFILE_FILE).display())
+        } else {
+            String::new()
+        }
     ))
     .stdin(Stdio::null())
     .stdout(Stdio::null());
