@@ -67,6 +67,46 @@ fn emulated_meter(config: &Config) -> Check {
     }
 }
 
+/// Whether the plugin counts each instruction on the vCPU that ran it, in
+/// a guest of the live regime's vCPUs: its cost is one vCPU's count.
+fn emulated_attribution(config: &Config) -> Check {
+    use crate::bench::emulated::{attribution, Emulator, WorkloadRegime};
+    const TURNS: u64 = 20_000;
+    let mut live = config.emulator.clone();
+    live.regime = WorkloadRegime::Live;
+    let label = "emulated attribution";
+    let e = match Emulator::locate(&live) {
+        Ok(e) => e,
+        Err(e) => return check(false, label, format!("unavailable: {e:#}")),
+    };
+    let run = tempfile::tempdir()
+        .map_err(anyhow::Error::from)
+        .and_then(|dir| attribution::attribute(&e, TURNS, dir.path()));
+    match run {
+        Ok(a) => {
+            tracing::info!(
+                "attribution: {}",
+                serde_json::to_string(&a).unwrap_or_default()
+            );
+            let exact = a.loops_exact() && a.markers_placed();
+            let share = a.least_own_share();
+            check(
+                exact && share >= 0.99,
+                label,
+                format!(
+                    "a loop of {} instructions on each of {} vCPUs counted {} there; \
+                     system calls and vDSO calls: at least {:.2}% of a window's instructions on the vCPU that made them",
+                    2 * TURNS + 1,
+                    e.config.guest_vcpus(),
+                    if exact { "exactly" } else { "NOT exactly" },
+                    share * 100.0
+                ),
+            )
+        }
+        Err(err) => check(false, label, format!("{err:#}")),
+    }
+}
+
 const PROBE_SOURCE: &str = include_str!("../probe/uring_probe.c");
 
 /// Compiles and runs the io_uring probe; one check per feature it reports.
@@ -209,6 +249,7 @@ fn core_checks(config: &Config, cores: usize, sut: usize) -> Vec<Check> {
     )];
     checks.extend(meter_checks(config, sut, cores));
     checks.push(emulated_meter(config));
+    checks.push(emulated_attribution(config));
     let containment = crate::bench::cgroup::containment();
     checks.push(containment_check(containment));
     checks.push(regime(config, containment));

@@ -74,8 +74,12 @@ fn emulators_naming(needle: &str) -> Vec<i32> {
         .collect()
 }
 
+/// `doctor` boots two guests: the calibration loop must be counted to the
+/// instruction, and a known load on each vCPU of a live guest must be
+/// counted on that vCPU (under icount QEMU counts a block on the vCPU that
+/// translated it: docs/emulated-meter.md, "Which vCPU ran it").
 #[test]
-fn the_plugin_counts_a_loop_of_known_length_exactly() {
+fn the_plugin_counts_a_loop_of_known_length_exactly_on_the_vcpu_that_ran_it() {
     let _g = exclusive();
     let out = Command::new(ratchet())
         .arg("--config")
@@ -95,6 +99,18 @@ fn the_plugin_counts_a_loop_of_known_length_exactly() {
         line.starts_with("OK")
             && line.contains("exact; a loop of 200001 instructions counted 200001"),
         "{line}"
+    );
+    let placed = text
+        .lines()
+        .find(|l| {
+            l.get(5..)
+                .is_some_and(|check| check.starts_with("emulated attribution"))
+        })
+        .unwrap_or_else(|| panic!("doctor printed no emulated attribution line:\n{text}"));
+    assert!(
+        placed.starts_with("OK")
+            && placed.contains("a loop of 40001 instructions on each of 6 vCPUs counted exactly there"),
+        "{placed}"
     );
 }
 

@@ -102,6 +102,50 @@ pub fn counted_loop(n: u64) -> Option<[u64; 2]> {
     Some([first, first + 1])
 }
 
+/// What a known load does between its two markers (the attribution
+/// experiment, `bench/emulated/attribution.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Load {
+    /// [`counted_loop`]: exactly `2n + 1` user instructions.
+    Loop,
+    /// `n` system calls (`getppid`): kernel code every CPU runs.
+    Syscalls,
+    /// `n` calls of `clock_gettime` through the vDSO: user code the kernel
+    /// maps into every process.
+    Vdso,
+}
+
+/// Runs `load` of `n` turns between a begin and an end marker on this
+/// thread's CPU; returns the markers' sequence numbers, or None when
+/// markers are off.
+pub fn known_load(load: Load, n: u64) -> Option<[u64; 2]> {
+    match load {
+        Load::Loop => counted_loop(n),
+        Load::Syscalls => around(|| {
+            for _ in 0..n {
+                unsafe { libc::syscall(libc::SYS_getppid) };
+            }
+        }),
+        Load::Vdso => around(|| {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            for _ in 0..n {
+                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+            }
+        }),
+    }
+}
+
+fn around(f: impl FnOnce()) -> Option<[u64; 2]> {
+    let b = mark(Mark::WindowBegin)?;
+    f();
+    let e = mark(Mark::WindowEnd)?;
+    Some([b, e])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

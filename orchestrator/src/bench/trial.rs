@@ -211,7 +211,9 @@ pub struct ProfileWindow {
 /// kernel.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct EmulatedCounts {
-    /// On the server's vCPU...
+    /// On the server's vCPU (under icount, the backlog regime's, QEMU
+    /// counts a block on the vCPU that translated it, so this split is not
+    /// the server's there; live it is: docs/emulated-meter.md)...
     pub server: u64,
     /// ...and on the others: ratchet's looks at the server, and the part
     /// of the server's work the guest kernel did there.

@@ -47,12 +47,13 @@ pub fn calibrate(e: &Emulator, turns: u64, dir: &Path) -> Result<Calibration> {
         regime: None,
         settings: guest_settings(e, &settings),
         calibrate: Some(turns),
+        attribute: None,
     };
     img.bytes(Path::new(PLAN_PATH), serde_json::to_vec(&plan)?, 0o644);
     std::fs::create_dir_all(dir)?;
     let initrd = dir.join("initrd.cpio");
     img.write(&initrd)?;
-    let run = vm::run(e, dir, &initrd, 1)?;
+    let run = vm::run(e, dir, &initrd, 1, vm::Markers::OffTheServer)?;
     if run.ending != Ending::PoweredOff {
         bail!("the calibration guest: {}", run.ending.describe(e));
     }

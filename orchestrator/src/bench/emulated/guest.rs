@@ -45,6 +45,10 @@ pub struct GuestPlan {
     /// turns, [`CALIBRATION_REPEATS`] times (see [`marker::counted_loop`]).
     #[serde(default)]
     pub calibrate: Option<u64>,
+    /// Instead of measuring: run each known load of this many turns on
+    /// every vCPU in turn (`bench/emulated/attribution.rs`).
+    #[serde(default)]
+    pub attribute: Option<u64>,
 }
 
 /// Timer interrupts may land in a calibration loop and add to its count;
@@ -153,12 +157,54 @@ pub fn run(plan_path: &Path) -> Result<()> {
         }
         return Ok(());
     }
+    if let Some(n) = plan.attribute {
+        return attribute(n, plan.settings.vcpus, &mut channel);
+    }
     let result = measure(&plan, &mut channel);
     match &result {
         Ok(samples) => say(&mut channel, "RESULT", &serde_json::to_string(samples)?)?,
         Err(e) => say(&mut channel, "ERROR", &format!("{e:#}").replace('\n', " "))?,
     }
     result.map(drop)
+}
+
+/// Each known load on each vCPU in turn, [`CALIBRATION_REPEATS`] times,
+/// from a thread pinned there; reported after all of them ran (a write to
+/// the serial port interrupts).
+fn attribute(n: u64, vcpus: usize, channel: &mut std::fs::File) -> Result<()> {
+    marker::enable();
+    let mut lines = Vec::new();
+    for vcpu in 0..vcpus {
+        for load in [
+            marker::Load::Loop,
+            marker::Load::Syscalls,
+            marker::Load::Vdso,
+        ] {
+            let got = std::thread::spawn(move || {
+                pin_self(&[vcpu]);
+                (0..CALIBRATION_REPEATS)
+                    .filter_map(|_| {
+                        let before = unsafe { libc::sched_getcpu() };
+                        let marks = marker::known_load(load, n)?;
+                        let after = unsafe { libc::sched_getcpu() };
+                        Some((marks, before, after))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("a known load's thread panicked"))?;
+            for ([b, e], before, after) in got {
+                lines.push(format!(
+                    "{vcpu} {} {b} {e} {before} {after}",
+                    serde_json::to_string(&load)?
+                ));
+            }
+        }
+    }
+    for l in lines {
+        say(channel, "ATTRIBUTE", &l)?;
+    }
+    Ok(())
 }
 
 fn measure(plan: &GuestPlan, channel: &mut std::fs::File) -> Result<Samples> {

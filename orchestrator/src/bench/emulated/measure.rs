@@ -30,14 +30,15 @@ use crate::bench::ration::{LiveLoad, Regime, RegimeRecord};
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::trial::{failed_start, TrialSettings};
 
-/// How many guests share `samples`: one per host core unless configured,
-/// and never more than there are samples.
+/// How many guests share `samples`: one per host core unless configured
+/// (one at a time live: a live guest's vCPUs run on every host core at
+/// once, and guests beside it would take their time), and never more than
+/// there are samples.
 fn guests(e: &Emulator, samples: usize) -> usize {
-    let cores = vm::host_cores();
-    let g = if e.config.guests == 0 {
-        cores
-    } else {
-        e.config.guests
+    let g = match (e.config.guests, e.config.workload()) {
+        (0, WorkloadRegime::Live) => 1,
+        (0, _) => vm::host_cores(),
+        (n, _) => n,
     };
     g.clamp(1, samples.max(1))
 }
@@ -236,7 +237,7 @@ impl Job<'_> {
             std::fs::create_dir_all(&dir)?;
             let initrd = dir.join("initrd.cpio");
             self.image(&live)?.write(&initrd)?;
-            let run = vm::run(self.e, &dir, &initrd, self.seed)?;
+            let run = vm::run(self.e, &dir, &initrd, self.seed, vm::Markers::OffTheServer)?;
             tracing::info!(
                 "guest {}: {} samples of {} arms, {} in {:.1} s",
                 dir.display(),
@@ -311,6 +312,7 @@ impl Job<'_> {
             regime: self.regime.clone(),
             settings: self.settings.clone(),
             calibrate: None,
+            attribute: None,
         };
         img.bytes(
             Path::new(guest::PLAN_PATH),

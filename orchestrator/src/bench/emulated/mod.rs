@@ -15,6 +15,7 @@
 //! and not its process, and for the measurements behind the defaults.
 
 pub mod assets;
+pub mod attribution;
 pub mod batch;
 pub mod calibrate;
 pub mod clients;

@@ -87,6 +87,40 @@ pub fn host_cores() -> usize {
     (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize
 }
 
+/// Which vCPUs' markers take snapshots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Markers {
+    /// Every vCPU's but the server's: a server cannot open or shift a
+    /// window. Every measurement.
+    OffTheServer,
+    /// Every vCPU's: a guest that runs no server (the attribution
+    /// experiment puts a known load on each vCPU in turn).
+    Everywhere,
+}
+
+/// How QEMU runs the guest's vCPUs.
+///
+/// Backlogs: one host thread runs every vCPU in turn under icount, so the
+/// guest is deterministic; the cost is the whole guest's count, which does
+/// not depend on which vCPU an instruction is counted on.
+///
+/// Live: the cost is one vCPU's count, and under icount QEMU 9.2 and newer
+/// count an instruction on the vCPU that *translated* its block, not the
+/// one that ran it: translation bakes the translating vCPU's index in as a
+/// constant wherever TCG is not parallel, which round-robin is (QEMU's
+/// `gen_cpu_index`). A loop pinned on each of six vCPUs in turn was counted
+/// on vCPU 0 every time (docs/emulated-meter.md, "Which vCPU ran it").
+/// With a thread per vCPU the index is read as the block runs, and every
+/// known load lands on its own vCPU; the price is that the guest's timing
+/// follows the host's scheduling, so live samples are perturbed by the host
+/// and not repeatable to the instruction.
+fn accel(regime: WorkloadRegime) -> &'static [&'static str] {
+    match regime {
+        WorkloadRegime::Live => &["-accel", "tcg,thread=multi"],
+        _ => &["-accel", "tcg", "-icount", "shift=0,sleep=off"],
+    }
+}
+
 /// Where a profiled guest's plugin writes its profiles.
 pub const PROFILE_FILE: &str = "profile.log";
 
@@ -94,55 +128,58 @@ fn profiled(e: &Emulator) -> bool {
     e.config.workload() == WorkloadRegime::Live && e.config.profile_connections > 0
 }
 
-fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Command {
+fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64, markers: Markers) -> Command {
+    let sut = match markers {
+        Markers::OffTheServer => e.config.sut_vcpu() as i64,
+        Markers::Everywhere => -1,
+    };
     let mut c = Command::new(&e.qemu);
     c.args([
         "-M",
         "pc",
         "-cpu",
         "max",
-        "-accel",
-        "tcg",
         "-nodefaults",
         "-display",
         "none",
-    ])
-    .args(["-icount", "shift=0,sleep=off", "-no-reboot"])
-    .args(["-rtc", "base=2024-01-01T00:00:00,clock=vm"])
-    .arg("-smp")
-    .arg(e.config.guest_vcpus().to_string())
-    .arg("-m")
-    .arg(e.config.memory_mb.to_string())
-    .arg("-seed")
-    .arg(seed.to_string())
-    .arg("-kernel")
-    .arg(&e.kernel)
-    .arg("-initrd")
-    .arg(initrd)
-    .arg("-append")
-    .arg(append(
-        e.config.workload(),
-        e.config.sut_vcpu(),
-        profiled(e),
-    ))
-    .arg("-serial")
-    .arg(format!("file:{}", dir.join("console.log").display()))
-    .arg("-serial")
-    .arg(format!("file:{}", dir.join("channel.log").display()))
-    .arg("-plugin")
-    .arg(format!(
-        "{},out={},sut={}{}",
-        e.plugin.display(),
-        dir.join("marks.log").display(),
-        e.config.sut_vcpu(),
-        if profiled(e) {
-            format!(",profile={}", dir.join(PROFILE_FILE).display())
-        } else {
-            String::new()
-        }
-    ))
-    .stdin(Stdio::null())
-    .stdout(Stdio::null());
+        "-no-reboot",
+    ]);
+    c.args(accel(e.config.workload()))
+        .arg("-smp")
+        .arg(e.config.guest_vcpus().to_string())
+        .args(["-rtc", "base=2024-01-01T00:00:00,clock=vm"])
+        .arg("-m")
+        .arg(e.config.memory_mb.to_string())
+        .arg("-seed")
+        .arg(seed.to_string())
+        .arg("-kernel")
+        .arg(&e.kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        .arg("-append")
+        .arg(append(
+            e.config.workload(),
+            e.config.sut_vcpu(),
+            profiled(e),
+        ))
+        .arg("-serial")
+        .arg(format!("file:{}", dir.join("console.log").display()))
+        .arg("-serial")
+        .arg(format!("file:{}", dir.join("channel.log").display()))
+        .arg("-plugin")
+        .arg(format!(
+            "{},out={},sut={}{}",
+            e.plugin.display(),
+            dir.join("marks.log").display(),
+            sut,
+            if profiled(e) {
+                format!(",profile={}", dir.join(PROFILE_FILE).display())
+            } else {
+                String::new()
+            }
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
     let mut every_core: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for core in 0..host_cores() {
         unsafe { libc::CPU_SET(core, &mut every_core) };
@@ -182,9 +219,15 @@ impl Drop for Killed {
 /// Boots a guest from `initrd` in `dir` and waits for it to end. The
 /// calling thread must live until this returns (QEMU's parent-death
 /// signal is tied to it).
-pub fn run(e: &Emulator, dir: &Path, initrd: &Path, seed: u64) -> Result<GuestRun> {
+pub fn run(
+    e: &Emulator,
+    dir: &Path,
+    initrd: &Path,
+    seed: u64,
+    markers: Markers,
+) -> Result<GuestRun> {
     let stderr = dir.join("qemu.stderr");
-    let mut c = command(e, dir, initrd, seed);
+    let mut c = command(e, dir, initrd, seed, markers);
     c.stderr(std::fs::File::create(&stderr)?);
     let start = Instant::now();
     let mut child = Killed(

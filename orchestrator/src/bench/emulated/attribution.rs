@@ -1,0 +1,128 @@
+//! Whether the plugin counts each instruction on the vCPU that ran it: a
+//! guest runs known loads (a loop of known length, system calls, vDSO
+//! calls) on each vCPU in turn, between markers that vCPU executes, and
+//! the host reads where the counts landed. The live regime's cost is one
+//! vCPU's count, so it is only as good as this.
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::path::Path;
+
+use super::guest::{GuestPlan, PLAN_PATH};
+use super::measure::{base_image, guest_settings};
+use super::vm::{self, Ending, Markers};
+use super::Emulator;
+use crate::bench::marker::Load;
+use crate::bench::trial::TrialSettings;
+
+/// One known load on one vCPU: every vCPU's instructions between its
+/// markers, the repeat that counted least on its own vCPU (the one no
+/// interrupt landed in).
+#[derive(Clone, Debug, Serialize)]
+pub struct Placed {
+    pub vcpu: usize,
+    pub load: Load,
+    /// The vCPU the plugin was told executed the load's markers.
+    pub marked_on: usize,
+    pub per_vcpu: Vec<u64>,
+}
+
+impl Placed {
+    /// The share of the window's instructions counted on the load's vCPU.
+    pub fn own_share(&self) -> f64 {
+        let all: u64 = self.per_vcpu.iter().sum();
+        self.per_vcpu[self.vcpu] as f64 / all.max(1) as f64
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Attribution {
+    pub turns: u64,
+    pub placed: Vec<Placed>,
+}
+
+impl Attribution {
+    /// Every loop of known length counted exactly on its own vCPU.
+    pub fn loops_exact(&self) -> bool {
+        self.placed
+            .iter()
+            .filter(|p| p.load == Load::Loop)
+            .all(|p| p.per_vcpu[p.vcpu] == 2 * self.turns + 1)
+    }
+
+    /// Every load's markers reached the plugin from the vCPU the guest ran
+    /// them on.
+    pub fn markers_placed(&self) -> bool {
+        self.placed.iter().all(|p| p.marked_on == p.vcpu)
+    }
+
+    /// The least share any load left on its own vCPU.
+    pub fn least_own_share(&self) -> f64 {
+        self.placed
+            .iter()
+            .map(Placed::own_share)
+            .fold(1.0, f64::min)
+    }
+}
+
+/// Boots a guest of the configured regime's vCPUs that runs every known
+/// load of `turns` turns on each vCPU, markers honoured on all of them.
+pub fn attribute(e: &Emulator, turns: u64, dir: &Path) -> Result<Attribution> {
+    let mut img = base_image(e)?;
+    let plan = GuestPlan {
+        arms: vec![],
+        samples: 0,
+        seed: 1,
+        regime: None,
+        settings: guest_settings(e, &TrialSettings::defaults(vec![0])),
+        calibrate: None,
+        attribute: Some(turns),
+    };
+    img.bytes(Path::new(PLAN_PATH), serde_json::to_vec(&plan)?, 0o644);
+    std::fs::create_dir_all(dir)?;
+    let initrd = dir.join("initrd.cpio");
+    img.write(&initrd)?;
+    let run = vm::run(e, dir, &initrd, 1, Markers::Everywhere)?;
+    if run.ending != Ending::PoweredOff {
+        bail!("the attribution guest: {}", run.ending.describe(e));
+    }
+    let mut placed: Vec<Placed> = Vec::new();
+    for line in run
+        .channel
+        .iter()
+        .filter_map(|l| l.strip_prefix("ATTRIBUTE "))
+    {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let [vcpu, load, b, end, before, after] = w[..] else {
+            bail!("a malformed ATTRIBUTE line {line:?}");
+        };
+        let vcpu: usize = vcpu.parse()?;
+        if before != vcpu.to_string() || after != vcpu.to_string() {
+            bail!("a load pinned on vCPU {vcpu} ran on the guest's CPU {before} to {after}");
+        }
+        let load: Load = serde_json::from_str(load)?;
+        let window = run
+            .marks
+            .window(b.parse()?, end.parse()?)
+            .with_context(|| format!("{}", run.marks_path.display()))?;
+        match placed.iter_mut().find(|p| p.vcpu == vcpu && p.load == load) {
+            Some(p) if window.per_vcpu[vcpu] < p.per_vcpu[vcpu] => p.per_vcpu = window.per_vcpu,
+            Some(_) => {}
+            None => placed.push(Placed {
+                vcpu,
+                load,
+                marked_on: window.marked_on,
+                per_vcpu: window.per_vcpu,
+            }),
+        }
+    }
+    if placed.len() != 3 * e.config.guest_vcpus() {
+        bail!(
+            "the attribution guest reported {} loads, not 3 on each of {} vCPUs (channel: {:?})",
+            placed.len(),
+            e.config.guest_vcpus(),
+            run.channel
+        );
+    }
+    Ok(Attribution { turns, placed })
+}
