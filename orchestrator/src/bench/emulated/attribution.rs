@@ -27,14 +27,6 @@ pub struct Placed {
     pub per_vcpu: Vec<u64>,
 }
 
-impl Placed {
-    /// The share of the window's instructions counted on the load's vCPU.
-    pub fn own_share(&self) -> f64 {
-        let all: u64 = self.per_vcpu.iter().sum();
-        self.per_vcpu[self.vcpu] as f64 / all.max(1) as f64
-    }
-}
-
 #[derive(Clone, Debug, Serialize)]
 pub struct Attribution {
     pub turns: u64,
@@ -56,11 +48,29 @@ impl Attribution {
         self.placed.iter().all(|p| p.marked_on == p.vcpu)
     }
 
-    /// The least share any load left on its own vCPU.
-    pub fn least_own_share(&self) -> f64 {
-        self.placed
+    /// How far apart the same load's count on its own vCPU lies across
+    /// the vCPUs, as the least over the greatest (1: equal), for the
+    /// system-call and vDSO loads: their instructions land on the vCPU
+    /// that ran them, whichever it is. Other vCPUs' counts in the same
+    /// window are what those vCPUs did meanwhile (timers, kernel threads),
+    /// which grows with the window's length in host time, so it is no
+    /// criterion.
+    pub fn own_counts_agree(&self) -> f64 {
+        [Load::Syscalls, Load::Vdso]
             .iter()
-            .map(Placed::own_share)
+            .map(|&load| {
+                let own = self
+                    .placed
+                    .iter()
+                    .filter(|p| p.load == load)
+                    .map(|p| p.per_vcpu[p.vcpu] as f64);
+                let (lo, hi) = own.fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(x), h.max(x)));
+                if hi > 0.0 {
+                    lo / hi
+                } else {
+                    0.0
+                }
+            })
             .fold(1.0, f64::min)
     }
 }
