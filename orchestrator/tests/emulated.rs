@@ -109,7 +109,8 @@ fn the_plugin_counts_a_loop_of_known_length_exactly_on_the_vcpu_that_ran_it() {
         .unwrap_or_else(|| panic!("doctor printed no emulated attribution line:\n{text}"));
     assert!(
         placed.starts_with("OK")
-            && placed.contains("a loop of 40001 instructions on each of 6 vCPUs counted exactly there"),
+            && placed
+                .contains("a loop of 40001 instructions on each of 6 vCPUs counted exactly there"),
         "{placed}"
     );
 }
