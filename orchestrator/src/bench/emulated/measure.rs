@@ -205,9 +205,10 @@ pub fn measure(
             samples.trials[arm].extend(trials);
         }
     }
-    // Kept for a failed guest, or when asked: its console, channel and
-    // plugin output are the evidence.
+    // Kept for a failed guest, when asked, or when profiled: its console,
+    // channel and plugin output (the profile among it) are the evidence.
     if std::env::var_os("RATCHET_KEEP_GUESTS").is_some()
+        || e.config.profile_connections > 0
         || samples.trials.iter().flatten().any(|m| !m.gate.passed)
     {
         let kept = work.keep();
