@@ -54,13 +54,16 @@ fn emulated_meter(config: &Config) -> Check {
             c.exact(),
             "emulated meter",
             format!(
-                "{}; a loop of {} instructions counted {} (least of {:?}); guest booted, ran and powered off in {:.1} s at {:.0} M emulated instructions/s",
+                "{}; a loop of {} instructions counted {} (least of {:?}); guest booted, ran and powered off in {:.1} s at {:.0} M emulated instructions/s; \
+                 regime {} (emulator.regime = \"{}\")",
                 if c.exact() { "exact" } else { "NOT exact" },
                 c.expected,
                 c.counted.iter().min().unwrap_or(&0),
                 c.counted,
                 c.wall.as_secs_f64(),
-                c.speed() / 1e6
+                c.speed() / 1e6,
+                config.emulator.workload().name(),
+                config.emulator.regime.name()
             ),
         ),
         Err(err) => check(false, "emulated meter", format!("{err:#} ({})", e.describe())),

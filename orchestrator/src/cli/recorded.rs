@@ -146,6 +146,20 @@ mod tests {
     }
 
     #[test]
+    fn a_run_is_remeasured_in_the_regime_it_was_measured_in() {
+        let mut live_here = Config::default();
+        live_here.emulator.regime = WorkloadRegime::Live;
+        let mut run = recorded();
+        run.emulator.regime = WorkloadRegime::Live;
+        let c = recorded_settings(Config::default(), &run, 18, &measure(&[])).unwrap();
+        assert_eq!(c.emulator.regime, WorkloadRegime::Live);
+        // Recorded before the live regime: it served backlogs, whatever
+        // `auto` means on this machine today.
+        let c = recorded_settings(live_here, &recorded(), 18, &measure(&[])).unwrap();
+        assert_eq!(c.emulator.regime, WorkloadRegime::Backlog);
+    }
+
+    #[test]
     fn the_command_line_overrides_the_recorded_settings() {
         let flags = measure(&["--blocks", "8", "--threshold", "0.02"]);
         let c = recorded_settings(Config::default(), &recorded(), 18, &flags).unwrap();

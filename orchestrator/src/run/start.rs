@@ -272,6 +272,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_run_records_the_regime_auto_resolved_to() {
+        let cfg = crate::config::Config::default();
+        assert_eq!(
+            cfg.emulator.regime,
+            crate::bench::emulated::WorkloadRegime::Auto
+        );
+        assert_eq!(
+            recorded_config(&cfg).emulator.regime,
+            crate::bench::emulated::WorkloadRegime::Backlog
+        );
+    }
+
+    #[test]
     fn the_agent_named_on_the_command_line_wins_then_the_resumed_runs() {
         let some = |s: &str| Some(s.to_string());
         assert_eq!(

@@ -130,6 +130,15 @@ pub enum WorkloadRegime {
 pub const LIVE_VCPUS: usize = 6;
 
 impl WorkloadRegime {
+    /// The name `harness.toml` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadRegime::Auto => "auto",
+            WorkloadRegime::Live => "live",
+            WorkloadRegime::Backlog => "backlog",
+        }
+    }
+
     /// `auto` resolved.
     pub fn resolved(self) -> Self {
         match self {
