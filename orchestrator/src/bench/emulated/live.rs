@@ -19,13 +19,14 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 use crate::bench::emulated::clients::Clients;
+use crate::bench::emulated::listening;
 use crate::bench::gate::{self, GateEvidence};
-use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
+use crate::bench::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::LoadSnapshot;
 use crate::bench::marker::{self, Mark};
 use crate::bench::meter::MeterPlan;
 use crate::bench::procfs;
-use crate::bench::trial::{failed_start, own_cpu, Measurement, ProfileWindow, TrialSettings};
+use crate::bench::trial::{own_cpu, Measurement, ProfileWindow, TrialSettings};
 
 /// How a live trial is sized (connections; guest time for the limits).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -56,17 +57,12 @@ pub fn run_trial(
     s: &TrialSettings,
     l: &LiveSettings,
 ) -> Result<Measurement> {
-    let port = free_port()?;
-    let mut running = match RunningServer::start(server, port, plan, None) {
+    let mut running = match listening(server, plan, s)? {
         Ok(r) => r,
-        Err(e) => return Ok(failed_start(format!("{e:#}"), &s.gate)),
+        Err(failed) => return Ok(failed),
     };
-    if let Err(e) = running.wait_listening(s.ready_timeout) {
-        running.stop(s.stop_grace)?;
-        return Ok(failed_start(format!("{e:#}"), &s.gate));
-    }
     let load = Clients::start(
-        server.address(port),
+        running.address(),
         s.connections,
         &s.load_cores,
         s.contract.clone(),
