@@ -372,6 +372,15 @@ impl RunningServer {
         }
     }
 
+    /// Whether some thread of the server is runnable (state `R` in
+    /// `/proc`): running, or ready to run while something else holds its
+    /// CPU. A server whose CPU time stands still while it is runnable has
+    /// not finished; it has been preempted (by ksoftirqd on its own CPU,
+    /// say).
+    pub fn runnable(&self) -> bool {
+        self.pids().into_iter().any(procfs::any_thread_runnable)
+    }
+
     /// Every process of the server: its cgroup's, or where there is no
     /// cgroup, its process group's.
     fn pids(&self) -> Vec<i32> {

@@ -236,6 +236,26 @@ fn per_cpu_column(table: &str, name: &str, cpu: usize) -> Option<f64> {
     v.get(cpu)?.parse().ok()
 }
 
+/// Whether any thread of process `pid` is in state `R` (running or
+/// runnable), from `/proc/<pid>/task/*/stat`.
+pub fn any_thread_runnable(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|s| stat_state(&s))
+            == Some('R')
+    })
+}
+
+/// The state letter of a `/proc/.../stat` line: the first field after the
+/// command's closing parenthesis (a command may itself hold one).
+fn stat_state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
+}
+
 /// The counts of [`CoreEvents`] on `cpu` since boot.
 pub fn core_events(cpu: usize) -> Option<CoreEvents> {
     let irqs = fs::read_to_string("/proc/interrupts").ok()?;
@@ -351,6 +371,16 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let b = cpu_idle_us(0).unwrap();
         assert!(b >= a);
+    }
+
+    #[test]
+    fn a_stat_lines_state_follows_the_last_parenthesis() {
+        assert_eq!(stat_state("42 (server) R 1 42 42 0"), Some('R'));
+        assert_eq!(stat_state("42 (odd) name) S 1 42"), Some('S'));
+        assert_eq!(stat_state("garbage"), None);
+        assert!(!any_thread_runnable(-1));
+        // This test's own thread is running as it reads.
+        assert!(any_thread_runnable(std::process::id() as i32));
     }
 
     #[test]

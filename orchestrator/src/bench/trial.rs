@@ -199,6 +199,15 @@ pub struct Measurement {
     /// the meter plugin profiled, and the connections completed in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile_window: Option<ProfileWindow>,
+    /// In the emulated meter's batches: how often the server's CPU time
+    /// had stood still while one of its threads was runnable, preempted on
+    /// its own vCPU, so that its window did not close yet.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preempted_when_still: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
