@@ -144,10 +144,9 @@ pub enum WorkloadRegime {
     Backlog,
 }
 
-/// Guest vCPUs in the live regime: the server's, and five for clients.
-/// With three, the vanilla treatment was busy 83% of its windows and the
-/// clients' vCPUs 100%; with five, 98-99% and 77% (docs/emulated-meter.md,
-/// "The live regime").
+/// Guest vCPUs in the live regime: the server's, and five for clients,
+/// which spend three to four times the server's instructions on a
+/// connection (docs/emulated-meter.md, "The live regime").
 pub const LIVE_VCPUS: usize = 6;
 
 impl WorkloadRegime {
