@@ -4,11 +4,11 @@
 //!
 //! Why not the host's generator: in the guest every client instruction
 //! takes emulated time from the server's, and the server must be the
-//! bottleneck. The host's async generator spent about 147k guest
-//! instructions a connection, 17 times the vanilla server's own count, and
-//! a 2-vCPU guest's server was busy 38% of its windows. This loop makes the
-//! few system calls a connection needs (socket, connect, write, read,
-//! close) and nothing else.
+//! bottleneck. With the host's async generator a 2-vCPU guest spent about
+//! 155k instructions a connection, server and clients together, and its
+//! server was busy 38% of its windows. This loop makes the few system
+//! calls a connection needs (socket, connect, write, read, close) and
+//! nothing else.
 
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
