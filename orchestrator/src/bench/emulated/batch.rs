@@ -32,7 +32,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::bench::contract::{Closer, Contract, Failure, FailureCounts};
-use crate::bench::emulated::listening;
+use crate::bench::emulated::start::listening;
 use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::marker::{self, Mark};

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 use crate::bench::emulated::clients::Clients;
-use crate::bench::emulated::listening;
+use crate::bench::emulated::start::listening;
 use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::LoadSnapshot;
