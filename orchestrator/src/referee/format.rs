@@ -192,7 +192,7 @@ fn arm_notes(a: &ArmSummary, samples: usize, w: usize) -> String {
     let mut out = String::new();
     if a.unsaturated_samples > 0 {
         out += &format!(
-            "{:<w$} ran out of work in {} of {} samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored\n",
+            "{:<w$} ran out of work in {} of {} samples (see saturation.*: it used too little of its allotment, slept too often or was too rarely throttled): those samples are not scored\n",
             "",
             a.unsaturated_samples,
             samples,
@@ -442,7 +442,7 @@ mod tests {
             "arm                          gate        ns/conn      score     conn/s   p50 us   p99 us  p99.9 us sysc/conn cs/conn sut busy gen busy   allot",
             "control                      pass           8000   125000.0      21346      101      341      1210      6.00       -      52%      94%     82%",
             "treatment-with-a-long-name   pass           7250   137923.4      21346      101      341      1210      6.00   0.046      52%      94%     82%",
-            "                           ran out of work in 2 of 12 samples (used less of its allotment than saturation.min_allotment_used): those samples are not scored",
+            "                           ran out of work in 2 of 12 samples (see saturation.*: it used too little of its allotment, slept too often or was too rarely throttled): those samples are not scored",
             "broken                       FAIL           9100   109890.1      21346      101      341      1210         -       -      52%      94%       -",
             "                           attempts 900 completed 880 failures 20 (rate 0.022222) {\"reset\": 20}",
             "                           one",

@@ -271,6 +271,9 @@ impl Loop<'_> {
             threshold * 100.0
         );
         say(&self.bar, &message);
+        if let Some(note) = unscored(samples.trials[CHAMPION].len(), aa.block_ratios.len()) {
+            say(&self.bar, note);
+        }
         let refusal = (needed > max_samples).then(|| {
             format!(
                 "{message}, more than run.max_samples = {max_samples}. This machine cannot resolve the threshold: \
@@ -279,6 +282,19 @@ impl Loop<'_> {
         });
         Ok(Look::Sized(check, message, refusal))
     }
+}
+
+/// Why an A/A look scored fewer samples than it measured: an arm that runs
+/// out of work is not scored, and a closed loop with too few connections in
+/// flight for a many-request contract runs out every few windows.
+fn unscored(measured: usize, scored: usize) -> Option<String> {
+    (scored < measured).then(|| {
+        format!(
+            "{} of {measured} A/A samples not scored: an arm ran out of work (see saturation.*); \
+             if this recurs, hold more of load.connections in flight",
+            measured - scored
+        )
+    })
 }
 
 /// What the A/A check does after one look.
@@ -331,6 +347,14 @@ mod tests {
         assert!(why.contains("meter.task_clock_drift") && why.contains("Not running a lottery"));
         assert_eq!(drift_refusal(0.025, 0.1), None);
         assert_eq!(drift_refusal(0.0, 0.0001), None);
+    }
+
+    #[test]
+    fn a_look_that_scored_fewer_samples_than_it_measured_says_so() {
+        assert_eq!(unscored(6, 6), None);
+        let note = unscored(6, 1).expect("a note");
+        assert!(note.starts_with("5 of 6 A/A samples not scored"), "{note}");
+        assert!(note.contains("load.connections"), "{note}");
     }
 
     #[test]
