@@ -123,3 +123,49 @@ fn work_pushed_off_the_server_vcpu_is_counted_or_fails_its_gate() {
         }
     }
 }
+
+/// `ratchet profile` under the emulated meter names the functions of the
+/// server's vCPU, kernel and user: a server that spins on the clock for
+/// 200 us a connection spends half of it in user space, in its own loop
+/// (named) and the vDSO's clock reads, and the rest in the kernel's TCP
+/// work.
+#[test]
+fn the_profile_names_the_functions_the_server_vcpu_ran() {
+    let _g = exclusive();
+    let ws = temp_workspace(LIVE);
+    let spin = format!("{} --spin-us 200", faulty_arm("spin"));
+    let out = Command::new(ratchet())
+        .arg("--config")
+        .arg(ws.path().join("harness.toml"))
+        .args(["profile", "--meter", "emulated", "--json", &spin])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "profile failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p: Value = serde_json::from_slice(&out.stdout).expect("profile --json prints JSON");
+    assert_eq!(p["unit"], "emulated instructions", "{p}");
+    assert!(p["per_connection"].as_f64().unwrap() > 10_000.0, "{p}");
+    let shares = &p["dso_shares"];
+    assert!(shares["server"].as_f64().unwrap() > 0.03, "{shares}");
+    assert!(shares["kernel"].as_f64().unwrap() < 0.7, "{shares}");
+    let top: Vec<(f64, String, String)> = serde_json::from_value(p["top"].clone()).unwrap();
+    let (_, _, hottest_own) = top
+        .iter()
+        .find(|t| t.1 == "server")
+        .expect("a server function");
+    assert!(
+        ["serve", "now_us"]
+            .iter()
+            .any(|f| hottest_own.starts_with(f)),
+        "the server's hottest function is {hottest_own}: {top:?}"
+    );
+    assert!(top.iter().any(|t| t.1 == "[vdso]"), "{top:?}");
+    assert!(
+        top.iter()
+            .any(|t| t.1 == "[kernel]" && t.2.starts_with("tcp_")),
+        "{top:?}"
+    );
+}

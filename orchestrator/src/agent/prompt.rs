@@ -215,7 +215,7 @@ fn profile(ctx: &ProposalContext) -> Optional {
         };
     };
     Optional {
-        heading: "\n# Champion profile (perf, cpu-clock)\n\n".into(),
+        heading: "\n# Champion profile\n\n".into(),
         items: profile.lines().map(|l| format!("{l}\n")).collect(),
         keep: Keep::First,
         what: "profile lines",

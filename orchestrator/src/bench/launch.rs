@@ -22,6 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::bench::cgroup::{self, Cgroup, RationGroup};
+use crate::bench::mappings;
 use crate::bench::meter::{MeterPlan, MeterReading, ServerCounters};
 use crate::bench::privilege;
 use crate::bench::procfs::{self, Serves};
@@ -379,6 +380,18 @@ impl RunningServer {
     /// say).
     pub fn runnable(&self) -> bool {
         self.pids().into_iter().any(procfs::any_thread_runnable)
+    }
+
+    /// The executable file mappings of every process of the server.
+    pub fn executable_mappings(&self) -> Vec<mappings::Mapping> {
+        let mut maps: Vec<mappings::Mapping> = self
+            .pids()
+            .into_iter()
+            .flat_map(mappings::executable_mappings)
+            .collect();
+        maps.sort_by_key(|m| (m.start, m.end));
+        maps.dedup();
+        maps
     }
 
     /// Every process of the server: its cgroup's, or where there is no

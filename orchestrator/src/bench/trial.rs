@@ -18,6 +18,7 @@ use crate::bench::contract::Contract;
 use crate::bench::gate::{self, GateEvidence, GateResult};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::{LoadGen, LoadSpec};
+use crate::bench::mappings;
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::ration::{self, Allotment, SaturationConfig};
@@ -199,6 +200,9 @@ pub struct Measurement {
     /// the meter plugin profiled, and the connections completed in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile_window: Option<ProfileWindow>,
+    /// That window's profile by function, named on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::bench::profile::Profile>,
     /// In the emulated meter's batches: how often the server's CPU time
     /// had stood still while one of its threads was runnable, preempted on
     /// its own vCPU, so that its window did not close yet.
@@ -210,10 +214,17 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ProfileWindow {
     pub marks: [u64; 2],
     pub connections: u64,
+    /// The server's executable mappings while it was profiled, by which
+    /// its user-space addresses are named.
+    #[serde(default)]
+    pub maps: Vec<mappings::Mapping>,
+    /// The path of the server's own program among them.
+    #[serde(default)]
+    pub exe: String,
 }
 
 /// Instructions executed in the guest during a trial's windows, user and

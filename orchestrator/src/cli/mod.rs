@@ -16,6 +16,7 @@ mod doctor;
 mod guest;
 mod log;
 mod measure;
+mod profile;
 mod propose;
 mod recorded;
 mod replay;
@@ -46,6 +47,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Run the optimization loop: propose, judge, keep or discard, repeat.
     Run(run::RunArgs),
+    /// Where one server spends what the meter counts: by function, emulated.
+    Profile(profile::ProfileArgs),
     /// Check that this machine can referee, and say how to fix what cannot.
     Doctor,
     /// A run's champion lineage from git: ratios, intervals, cumulative gains.
@@ -71,6 +74,7 @@ pub fn dispatch(cli: &Cli) -> Result<()> {
         Command::Compare(args) => compare::run(cli, args),
         Command::Check(args) => check::run(cli, args),
         Command::Run(args) => run::run(cli, args),
+        Command::Profile(args) => profile::run(cli, args),
         Command::Doctor => doctor::run(cli),
         Command::Log(args) => log::run(cli, args),
         Command::Report(args) => report::run(cli, args),

@@ -260,15 +260,17 @@ pub fn profile_chart(
         *m.entry("other").or_default() += (1.0 - listed).max(0.0);
         m
     };
+    let unit = champion.or(base).map_or("cpu-clock samples", Profile::unit);
+    let title = format!("Where the server's work goes ({unit}, share by DSO)");
     let mut c = Chart::new(
         "profile",
-        "Where the server's CPU time goes (perf cpu-clock samples, share by DSO)",
+        &title,
         (-0.5, groups.len() as f64 - 0.5),
         (0.0, 1.0),
     )
     .labels(
-        "DSO group (other: below perf's 0.3% cut, or unattributed)",
-        "share of samples",
+        "DSO group (other: unattributed, or below perf's 0.3% cut)",
+        "share",
     )
     .x_ticks(
         groups

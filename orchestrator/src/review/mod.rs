@@ -3,6 +3,7 @@
 
 pub mod ablate;
 pub mod charts;
+pub mod functions;
 pub mod log;
 pub mod progress;
 pub mod replay;

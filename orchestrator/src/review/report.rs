@@ -18,6 +18,7 @@ use crate::review::ablate::AblationRecord;
 use crate::review::charts::{
     control_chart, cost_chart, profile_chart, ratio_chart, style, SECTIONS,
 };
+use crate::review::functions;
 use crate::review::replay::ReplayRecord;
 use crate::review::svg::escape;
 use crate::review::tree;
@@ -301,18 +302,7 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
                 .to_string(),
         ),
         against_control(run),
-        (
-            SECTIONS[3],
-            "Profile: baseline and champion",
-            profile_chart(
-                Profile::load_stored(results, &r.run_id, 0).as_ref(),
-                Profile::load_stored(results, &r.run_id, champion.attempt).as_ref(),
-                champion.attempt,
-            ),
-            "perf record -e cpu-clock -g on the server in an extra, unscored window. On loopback the \
-             server's kernel share includes part of the client's receive work."
-                .to_string(),
-        ),
+        profile_section(results, &r.run_id, champion.attempt),
     ];
     for (id, title, chart, note) in sections {
         let _ = write!(
@@ -336,6 +326,36 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
 }
 
 /// The control's section: its chart, or what a run without one gave up.
+/// The baseline's and the champion's profiles: shares by DSO, and the
+/// hottest functions where the profiles name them.
+fn profile_section(
+    results: &Path,
+    run_id: &str,
+    at: usize,
+) -> (&'static str, &'static str, String, String) {
+    let base = Profile::load_stored(results, run_id, 0);
+    let champion = Profile::load_stored(results, run_id, at);
+    let emulated = champion
+        .as_ref()
+        .or(base.as_ref())
+        .is_some_and(|p| p.unit.is_some());
+    let note = if emulated {
+        "Emulated instructions on the server's own vCPU, in an extra, unscored window of the live \
+         regime, by the function each translated block starts in. On loopback the server's core \
+         also does part of the client's receive work, as a real core does."
+    } else {
+        "perf record -e cpu-clock -g on the server in an extra, unscored window. On loopback the \
+         server's kernel share includes part of the client's receive work."
+    };
+    (
+        SECTIONS[3],
+        "Profile: baseline and champion",
+        profile_chart(base.as_ref(), champion.as_ref(), at)
+            + &functions::table(base.as_ref(), champion.as_ref()),
+        note.to_string(),
+    )
+}
+
 fn against_control(run: &RecordedRun) -> (&'static str, &'static str, String, String) {
     let (chart, note) = if !run.run.config.run.has_control() {
         (

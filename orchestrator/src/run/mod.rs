@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::agent::Agent;
 use crate::bench::arm::{with_control, Arm};
-use crate::bench::profile;
+use crate::bench::profiling;
 use crate::bench::samples::Samples;
 use crate::bench::trial::TrialSettings;
 use crate::config::Config;
@@ -195,12 +195,8 @@ impl Loop<'_> {
         self.bar
             .set_message("profiling the champion (extra window, not scored)");
         let settings = self.settings();
-        match profile::record(
-            &self.champion_arm,
-            &self.session.plan,
-            &settings,
-            settings.window,
-        ) {
+        let seed = self.attempts.len() as u64 + 1;
+        match profiling::profile(&self.champion_arm, &self.session.plan, &settings, seed) {
             Ok(p) => {
                 if let Err(e) = p.store(&self.kb.results, &self.run.run_id, self.champion.attempt) {
                     tracing::warn!("could not store the profile: {e:#}");

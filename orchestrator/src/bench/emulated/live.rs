@@ -94,6 +94,10 @@ pub fn run_trial(
         b.zip(e).map(|(b, e)| ProfileWindow {
             marks: [b, e],
             connections: p1 - p0,
+            maps: running.executable_mappings(),
+            exe: std::fs::read_link(format!("/proc/{}/exe", running.pid))
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
         })
     } else {
         None

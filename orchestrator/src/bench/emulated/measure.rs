@@ -15,9 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::count;
+use super::functions;
 use super::guest::{self, GuestPlan, GuestSettings};
 use super::image::{self, Image};
 use super::marks::Marks;
+use super::symbols::KernelSymbols;
 use super::vm::{self, Ending};
 use super::Emulator;
 use crate::bench::arm::Arm;
@@ -205,10 +207,9 @@ pub fn measure(
             samples.trials[arm].extend(trials);
         }
     }
-    // Kept for a failed guest, when asked, or when profiled: its console,
-    // channel and plugin output (the profile among it) are the evidence.
+    // Kept for a failed guest or when asked: its console, channel and
+    // plugin output are the evidence.
     if std::env::var_os("RATCHET_KEEP_GUESTS").is_some()
-        || e.config.profile_connections > 0
         || samples.trials.iter().flatten().any(|m| !m.gate.passed)
     {
         let kept = work.keep();
@@ -248,7 +249,8 @@ impl Job<'_> {
                 run.wall.as_secs_f64()
             );
             if run.ending == Ending::PoweredOff {
-                let got = guest_samples(&run.channel, &run.marks, &run.marks_path, self.e)?;
+                let mut got = guest_samples(&run.channel, &run.marks, &run.marks_path, self.e)?;
+                name_profiles(&mut got, &run.channel, &dir, self.e)?;
                 for (j, trials) in got.trials.into_iter().enumerate() {
                     out.trials[live[j]] = trials;
                 }
@@ -387,6 +389,63 @@ fn guest_samples(
             .with_context(|| format!("{}", marks_path.display()))?;
     }
     Ok(samples)
+}
+
+/// Names the functions of every profiled window of `samples`, from the
+/// plugin's profile in `dir` and the kernel symbols the guest sent.
+fn name_profiles(
+    samples: &mut Samples,
+    channel: &[String],
+    dir: &Path,
+    e: &Emulator,
+) -> Result<()> {
+    let profiled = || {
+        samples
+            .trials
+            .iter()
+            .flatten()
+            .filter(|m| m.profile_window.is_some())
+    };
+    if profiled().next().is_none() {
+        return Ok(());
+    }
+    let path = dir.join(vm::PROFILE_FILE);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let sections = functions::sections(&text).with_context(|| format!("{}", path.display()))?;
+    let kernel = KernelSymbols::from_lines(channel.iter().map(String::as_str));
+    if kernel.is_empty() {
+        bail!("the guest sent no kernel symbols for its profile");
+    }
+    let regime = regime_label(e);
+    for m in samples.trials.iter_mut().flatten() {
+        let Some(w) = &m.profile_window else { continue };
+        let blocks = sections.get(&w.marks[1]).with_context(|| {
+            format!(
+                "{}: no profile closed by marker {}",
+                path.display(),
+                w.marks[1]
+            )
+        })?;
+        m.profile = Some(functions::profile(
+            blocks,
+            e.config.sut_vcpu(),
+            w,
+            &kernel,
+            regime.clone(),
+        ));
+    }
+    Ok(())
+}
+
+/// What a profile says it was taken in.
+fn regime_label(e: &Emulator) -> String {
+    format!(
+        "emulated, {} regime: vCPU {} alone, the server's, of {} vCPUs",
+        e.config.workload().name(),
+        e.config.sut_vcpu(),
+        e.config.guest_vcpus()
+    )
 }
 
 #[cfg(test)]

@@ -20,12 +20,15 @@ pub mod batch;
 pub mod calibrate;
 pub mod clients;
 pub mod count;
+pub mod functions;
 pub mod guest;
 pub mod image;
 pub mod live;
 pub mod marks;
 pub mod measure;
+pub mod profiled;
 pub mod start;
+pub mod symbols;
 pub mod vm;
 
 use serde::{Deserialize, Serialize};

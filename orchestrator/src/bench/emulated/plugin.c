@@ -38,6 +38,7 @@
  * No QEMU header ships in Debian, so the few functions used are declared
  * here from the documented plugin API.
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -109,6 +110,8 @@ struct block {
     uint64_t runs[PROFILE_VCPUS];
 };
 static struct block *profile;
+/* Multi-threaded TCG translates on every vCPU's thread at once. */
+static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *profile_out;
 static bool profiling;
 
@@ -221,7 +224,9 @@ static void translate(qemu_plugin_id_t plugin, struct qemu_plugin_tb *tb)
     size_t start = 0; /* first instruction of the segment being counted */
     struct qemu_plugin_insn *head = NULL;
     if (profile) {
+        pthread_mutex_lock(&profile_lock);
         struct block *b = block_at(qemu_plugin_tb_vaddr(tb), n);
+        pthread_mutex_unlock(&profile_lock);
         if (b)
             qemu_plugin_register_vcpu_tb_exec_cb(tb, add_block, QEMU_PLUGIN_CB_NO_REGS, b);
     }

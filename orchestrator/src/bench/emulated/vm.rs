@@ -70,11 +70,16 @@ pub struct GuestRun {
 /// core does that `perf stat -C` counts.
 ///
 /// A profiled guest's kernel is not relocated, so its code addresses are
-/// the kernel image's own (`System.map`).
+/// the kernel image's own (`System.map`); nor are its processes' mappings
+/// randomized. QEMU translates x86-64 code position-independently and
+/// shares a translation among all virtual addresses of the same physical
+/// page, so the plugin names a block by the address it was first
+/// translated at: the same binary must load at the same address in every
+/// process for that to be this server's.
 fn append(regime: WorkloadRegime, sut: usize, profiled: bool) -> String {
     let common = "console=ttyS0 quiet panic=-1 oops=panic cryptomgr.notests rdinit=/init \
                   irqaffinity=0 thash_entries=131072";
-    let relocation = if profiled { " nokaslr" } else { "" };
+    let relocation = if profiled { " nokaslr norandmaps" } else { "" };
     match regime {
         WorkloadRegime::Live => format!("{common} isolcpus=domain,managed_irq,{sut}{relocation}"),
         _ => format!("{common} rcu_nocbs={sut}{relocation}"),
