@@ -63,6 +63,13 @@ fn live_costs_are_the_server_vcpus_instructions_and_the_regime_is_recorded() {
             let events = &t["core_events"];
             assert!(events["net_rx_softirqs"].as_f64().is_some(), "{t}");
             assert!(t["syscalls_per_connection"].as_f64().unwrap() > 0.5, "{t}");
+            // The io_uring server's rings post a completion for each
+            // accept, receive, send and close; the Go server has no ring.
+            let completions = t["completions_per_connection"].as_f64();
+            match i {
+                0 => assert!(completions.is_some_and(|c| (3.5..=4.5).contains(&c)), "{t}"),
+                _ => assert_eq!(completions, None, "{t}"),
+            }
         }
     }
     // The Go control does more work per connection than the io_uring server.

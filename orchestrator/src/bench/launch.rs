@@ -28,6 +28,7 @@ use crate::bench::privilege;
 use crate::bench::procfs::{self, Serves};
 use crate::bench::secrets;
 use crate::bench::target::{port_args, Family, TargetConfig};
+use crate::bench::uring;
 
 /// How long a server may take to close what it still holds once every
 /// client is done (a close under way); longer is deferred teardown.
@@ -380,6 +381,12 @@ impl RunningServer {
     /// say).
     pub fn runnable(&self) -> bool {
         self.pids().into_iter().any(procfs::any_thread_runnable)
+    }
+
+    /// The completions its io_uring instances have posted (None: it holds
+    /// none).
+    pub fn uring_completions(&self) -> Option<u64> {
+        uring::completions(&self.pids())
     }
 
     /// The executable file mappings of every process of the server.

@@ -32,3 +32,4 @@ pub mod secrets;
 pub mod source;
 pub mod target;
 pub mod trial;
+pub mod uring;

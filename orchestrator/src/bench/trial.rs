@@ -196,6 +196,10 @@ pub struct Measurement {
     /// on the server's core per connection in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_events: Option<procfs::CoreEvents>,
+    /// Where measured (the emulated live regime) and the server holds an
+    /// io_uring: completions its rings posted in the window per connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions_per_connection: Option<f64>,
     /// Inside the emulated guest: the markers around an unscored window
     /// the meter plugin profiled, and the connections completed in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

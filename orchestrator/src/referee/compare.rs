@@ -139,6 +139,7 @@ impl Samples {
                 p999: median_of(&|m| Some(m.latency_us.p999)).unwrap_or(0.0),
             },
             syscalls_per_connection: median_of(&|m| m.syscalls_per_connection),
+            completions_per_connection: median_of(&|m| m.completions_per_connection),
             context_switches_per_connection: median_of(&|m| m.context_switches_per_connection),
             sut_busy: median_of(&|m| Some(m.sut_busy)).unwrap_or(0.0),
             generator_busy: median_of(&|m| Some(m.generator_busy)).unwrap_or(0.0),
@@ -165,6 +166,9 @@ pub struct ArmSummary {
     pub throughput_cps: f64,
     pub latency_us: Latency,
     pub syscalls_per_connection: Option<f64>,
+    /// Where measured: io_uring completions posted per connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions_per_connection: Option<f64>,
     /// Idle sleeps and thread hand-offs on the SUT core, per connection:
     /// near 0 for a single-threaded server that always has work.
     pub context_switches_per_connection: Option<f64>,

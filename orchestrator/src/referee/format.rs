@@ -322,6 +322,7 @@ mod tests {
                 p999: 1_210.2,
             },
             syscalls_per_connection: Some(6.004),
+            completions_per_connection: None,
             context_switches_per_connection: None,
             sut_busy: 0.52,
             generator_busy: 0.94,

@@ -245,6 +245,7 @@ mod tests {
             throughput_cps: 0.0,
             latency_us: Default::default(),
             syscalls_per_connection: None,
+            completions_per_connection: None,
             context_switches_per_connection: None,
             sut_busy: sut,
             generator_busy: generator,

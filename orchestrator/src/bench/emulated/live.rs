@@ -27,6 +27,7 @@ use crate::bench::marker::{self, Mark};
 use crate::bench::meter::MeterPlan;
 use crate::bench::procfs;
 use crate::bench::trial::{own_cpu, Measurement, ProfileWindow, TrialSettings};
+use crate::bench::uring;
 
 /// How a live trial is sized (connections; guest time for the limits).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -74,12 +75,14 @@ pub fn run_trial(
     let cpu0 = own_cpu();
     let begin = marker::mark(Mark::WindowBegin);
     let l0 = load.snapshot();
+    let cq0 = running.uring_completions();
     let m0 = running.read()?;
     let t0 = Instant::now();
     if alive {
         alive = until_completed(&load, &mut running, l.window_connections, l.stall)?;
     }
     let m1 = running.read()?;
+    let cq1 = running.uring_completions();
     let l1 = load.snapshot();
     let end = marker::mark(Mark::WindowEnd);
     let elapsed = t0.elapsed();
@@ -127,6 +130,9 @@ pub fn run_trial(
         sut_busy,
         generator_busy: (cpu1 - cpu0).as_secs_f64() / elapsed.as_secs_f64() / clients,
         saturated: Some(sut_busy >= MIN_BUSY),
+        completions_per_connection: cq0
+            .zip(cq1)
+            .and_then(|(a, b)| per_conn(uring::posted(a, b))),
         core_events: events0
             .zip(events1)
             .filter(|_| window.completed > 0)
