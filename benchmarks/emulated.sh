@@ -13,6 +13,12 @@
 #   benchmarks/emulated.sh planted   10 compares of the fixture server with
 #                                    a busy-wait of 1% of its cost against
 #                                    none
+#   benchmarks/emulated.sh live [N]  the live regime's precision: the
+#                                    fixture server's cost per loop
+#                                    iteration, then N A/A compares of it
+#                                    and N with a counting loop of 1% of
+#                                    its cost planted (default 5 each),
+#                                    each compare's wall time recorded
 #   benchmarks/emulated.sh keepalive the worked example of
 #                                    docs/your-server.md (C++, keep-alive,
 #                                    IPv6): the server as it is against each
@@ -20,7 +26,7 @@
 #                                    all of them applied in order
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: benchmarks/emulated.sh table|aa [N]|planted|keepalive}
+what=${1:?usage: benchmarks/emulated.sh table|aa [N]|planted|live [N]|keepalive}
 out=benchmarks/runs/emulated-$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -53,6 +59,41 @@ planted)
   echo "fixture base cost $base instructions; planted spin $p1 ns" | tee "$out/planted-sizes.txt"
   for i in $(seq -w 1 10); do
     $R compare --meter emulated --json --seed "$i" "$(arm 0)" "$(arm $p1)" > "$out/planted-$i.json"
+  done
+  ;;
+live)
+  fixture=$(build_fixture "$work")
+  arm() { echo "cmd:$fixture --mode loop --loop $1"; }
+  live="$work/harness.toml"
+  python3 - harness.toml "$live" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+head, rest = text.split("[emulator]", 1)
+rest = re.sub(r'(?m)^regime = "[a-z]+"', 'regime = "live"', rest, count=1)
+# Paths in harness.toml are from its own directory: keep the root's.
+text = head + "[emulator]" + rest
+text = text.replace('root = "."', 'root = "' + __import__("os").getcwd() + '"', 1)
+open(sys.argv[2], "w").write(text)
+PY
+  cp "$live" "$out/harness.toml"
+  L() { $R --config "$live" compare --meter emulated --json "$@"; }
+  L "$(arm 0)" "$(arm 20000)" > "$out/calibrate.json"
+  read -r base n1 < <(python3 - "$out/calibrate.json" <<'PY'
+import json, sys
+arms = json.load(open(sys.argv[1]))["arms"]
+base, loaded = (a["cost_per_connection"]["median"] for a in arms)
+per_iteration = (loaded - base) / 20000
+print(int(base), round(base * 0.01 / per_iteration))
+PY
+)
+  echo "fixture base cost $base instructions a connection; 1% planted as $n1 loop iterations" | tee "$out/planted-sizes.txt"
+  for i in $(seq -w 1 "${2:-5}"); do
+    for kind in aa planted; do
+      n=0; [ "$kind" = planted ] && n=$n1
+      start=$SECONDS
+      L --seed "$i" "$(arm 0)" "$(arm "$n")" > "$out/$kind-$i.json"
+      echo "$kind-$i $((SECONDS - start)) s" >> "$out/wall.txt"
+    done
   done
   ;;
 keepalive)
