@@ -197,6 +197,9 @@ pub struct LiveLoad {
     pub connections: u64,
     /// The guest's vCPUs: the last the server's, the others the clients'.
     pub vcpus: u64,
+    /// Whether the server's vCPU ran without its tick (`emulator.nohz_full`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nohz_full: bool,
 }
 
 impl RegimeRecord {
@@ -217,10 +220,11 @@ impl RegimeRecord {
     pub fn describe(&self) -> String {
         if let Some(l) = self.live {
             return format!(
-                "saturated, live: {} clients in flight on {} vCPUs beside the server alone on its own; \
+                "saturated, live: {} clients in flight on {} vCPUs beside the server alone on its own{}; \
                  the cost is the server vCPU's instructions",
                 l.connections,
-                l.vcpus - 1
+                l.vcpus - 1,
+                if l.nohz_full { ", without its tick" } else { "" }
             );
         }
         if let Some(n) = self.backlog {

@@ -123,6 +123,7 @@ pub fn regime(e: &Emulator, s: &TrialSettings) -> RegimeRecord {
         live: live.then(|| LiveLoad {
             connections: s.connections as u64,
             vcpus: e.config.guest_vcpus() as u64,
+            nohz_full: e.config.nohz_full,
         }),
         warning: (s.saturation.regime == Regime::Idle).then(|| {
             "saturation.regime = \"idle\" does not apply to the emulated meter: its servers serve backlogs".into()

@@ -66,6 +66,13 @@ pub struct EmulatorConfig {
     /// connections profiled by code address (0: none; profiling slows the
     /// emulator, not the guest).
     pub profile_connections: u64,
+    /// Live: stop the scheduler tick on the server's vCPU while the server
+    /// runs alone there (`nohz_full`). The guest's tick keeps the host's
+    /// time while the vCPU's speed follows the host's load, so the ticks a
+    /// connection pays move with the host; this takes them out, and moves
+    /// that vCPU's RCU callbacks to the clients' vCPUs, where they are not
+    /// counted.
+    pub nohz_full: bool,
     /// Connections queued for a stopped server before each batch (see
     /// `bench/emulated/batch.rs`); within the server's listen backlog.
     pub backlog: usize,
@@ -96,6 +103,7 @@ impl Default for EmulatorConfig {
             warmup_connections: 1024,
             window_connections: 3072,
             profile_connections: 0,
+            nohz_full: false,
             memory_mb: 512,
             backlog: 256,
             batches: 4,

@@ -76,12 +76,22 @@ pub struct GuestRun {
 /// page, so the plugin names a block by the address it was first
 /// translated at: the same binary must load at the same address in every
 /// process for that to be this server's.
-fn append(regime: WorkloadRegime, sut: usize, profiled: bool) -> String {
+///
+/// With `nohz_full`, a live server's vCPU stops its tick while the server
+/// runs alone there, and its RCU callbacks run elsewhere.
+fn append(regime: WorkloadRegime, sut: usize, profiled: bool, nohz_full: bool) -> String {
     let common = "console=ttyS0 quiet panic=-1 oops=panic cryptomgr.notests rdinit=/init \
                   irqaffinity=0 thash_entries=131072";
     let relocation = if profiled { " nokaslr norandmaps" } else { "" };
+    let tick = if nohz_full {
+        format!(" nohz_full={sut}")
+    } else {
+        String::new()
+    };
     match regime {
-        WorkloadRegime::Live => format!("{common} isolcpus=domain,managed_irq,{sut}{relocation}"),
+        WorkloadRegime::Live => {
+            format!("{common} isolcpus=domain,managed_irq,{sut}{tick}{relocation}")
+        }
         _ => format!("{common} rcu_nocbs={sut}{relocation}"),
     }
 }
@@ -171,6 +181,7 @@ fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64, markers: Markers)
             e.config.workload(),
             e.config.sut_vcpu(),
             profiled(e),
+            e.config.nohz_full,
         ))
         .arg("-serial")
         .arg(format!("file:{}", dir.join("console.log").display()))
@@ -327,4 +338,21 @@ pub fn run(
         ending,
         wall: start.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_live_guest_asked_to_stops_the_servers_tick() {
+        let live = append(WorkloadRegime::Live, 5, false, true);
+        assert!(
+            live.contains("isolcpus=domain,managed_irq,5 nohz_full=5"),
+            "{live}"
+        );
+        assert!(!append(WorkloadRegime::Live, 5, false, false).contains("nohz_full"));
+        assert!(!append(WorkloadRegime::Backlog, 1, false, true).contains("nohz_full"));
+        assert!(append(WorkloadRegime::Live, 5, true, false).ends_with("nokaslr norandmaps"));
+    }
 }
