@@ -18,7 +18,8 @@
 #                                    iteration, then N A/A compares of it
 #                                    and N with a counting loop of 1% of
 #                                    its cost planted (default 5 each),
-#                                    each compare's wall time recorded
+#                                    each compare's wall time recorded;
+#                                    NOHZ_FULL=1: with emulator.nohz_full
 #   benchmarks/emulated.sh keepalive the worked example of
 #                                    docs/your-server.md (C++, keep-alive,
 #                                    IPv6): the server as it is against each
@@ -70,6 +71,8 @@ import re, sys
 text = open(sys.argv[1]).read()
 head, rest = text.split("[emulator]", 1)
 rest = re.sub(r'(?m)^regime = "[a-z]+"', 'regime = "live"', rest, count=1)
+if __import__("os").environ.get("NOHZ_FULL") == "1":
+    rest = re.sub(r'(?m)^nohz_full = false', 'nohz_full = true', rest, count=1)
 # Paths in harness.toml are from its own directory: keep the root's.
 text = head + "[emulator]" + rest
 text = text.replace('root = "."', 'root = "' + __import__("os").getcwd() + '"', 1)

@@ -23,8 +23,15 @@ pub enum Step {
 
 /// The keep condition is the comparison's `better` verdict: one rule, in
 /// [`crate::referee::verdict::of`].
+///
+/// Ratios but too few for an interval mean that samples went unscored (an
+/// arm ran out of work in them): the measurement is extended once before it
+/// is called invalid, as a straddling one is.
 pub fn decide(c: &Comparison, threshold: f64, suspicious_gain: f64, extended: bool) -> Step {
     let (Some(median), Some([lo, hi])) = (c.ratio_median, c.ratio_interval) else {
+        if c.ratio_median.is_some() && !extended {
+            return Step::Extend;
+        }
         return Step::Decided(AttemptVerdict::Invalid);
     };
     let keep = match c.verdict {
@@ -156,6 +163,22 @@ mod tests {
         assert_eq!(
             decide(&cmp(0.90, 0.88, 0.92), 0.03, 2.0, false),
             Step::Decided(AttemptVerdict::Keep)
+        );
+    }
+
+    #[test]
+    fn too_few_scored_samples_are_extended_once_then_invalid() {
+        let mut c = cmp(0.9, 0.88, 0.92);
+        c.ratio_interval = None;
+        assert_eq!(decide(&c, 0.03, 2.0, false), Step::Extend);
+        assert_eq!(
+            decide(&c, 0.03, 2.0, true),
+            Step::Decided(AttemptVerdict::Invalid)
+        );
+        c.ratio_median = None;
+        assert_eq!(
+            decide(&c, 0.03, 2.0, false),
+            Step::Decided(AttemptVerdict::Invalid)
         );
     }
 
