@@ -400,14 +400,12 @@ fn name_profiles(
     dir: &Path,
     e: &Emulator,
 ) -> Result<()> {
-    let profiled = || {
-        samples
-            .trials
-            .iter()
-            .flatten()
-            .filter(|m| m.profile_window.is_some())
-    };
-    if profiled().next().is_none() {
+    if !samples
+        .trials
+        .iter()
+        .flatten()
+        .any(|m| m.profile_window.is_some())
+    {
         return Ok(());
     }
     let path = dir.join(vm::PROFILE_FILE);
