@@ -227,6 +227,55 @@ fn a_keep_bought_with_latency_is_rejected() {
     assert!(detail.contains("latency regression: p99"), "{detail}");
 }
 
+/// A saving bought with a leak: the busy-wait goes, and 16 KiB of heap is
+/// kept with every connection. Each trial's fresh server serves too few
+/// for that to hurt, so the measurement says keep; the endurance run before
+/// the keep reads the growth, and the attempt is invalid, never kept.
+#[test]
+fn a_keep_that_leaks_is_invalid_after_its_endurance_run() {
+    let _g = exclusive();
+    let leak = entry(
+        "leaky-saving",
+        "Drop the busy-wait, keep a buffer per connection",
+        "\tslow_down();\n\tc->fd",
+        "\tmemset(malloc(16384), 1, 16384);\n\tc->fd",
+    );
+    let repo = fixture_repo("", &[leak]);
+    let root = repo.path();
+    let out = ratchet_run(root, &[], &[]);
+    let (id, run_dir) = only_run(root);
+    let a = attempts(&run_dir);
+    assert_eq!(
+        verdicts(&run_dir),
+        ["invalid"],
+        "{}\n{}",
+        verdict_details(&run_dir),
+        show(&out)
+    );
+    let ratio = a[0]["vs_champion"]["ratio_median"].as_f64().unwrap();
+    assert!(
+        ratio < 0.7,
+        "it measured as a saving: {}",
+        a[0]["vs_champion"]
+    );
+    let detail = a[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("endurance") && detail.contains("memory_growth"),
+        "{detail}"
+    );
+    let endurance = &a[0]["endurance"];
+    assert_eq!(endurance["gate"]["passed"], false, "{endurance}");
+    assert!(
+        endurance["footprints"].as_array().unwrap().len() >= 10,
+        "{endurance}"
+    );
+    // Nothing was committed: the run's branch is where it started.
+    assert_eq!(
+        git(root, &["rev-parse", &format!("ratchet/{id}")]),
+        git(root, &["rev-parse", "main"])
+    );
+}
+
 /// Sets the fixture's `meter.task_clock_drift` to 0, committed.
 fn without_drift(root: &Path) {
     let config = root.join("harness.toml");

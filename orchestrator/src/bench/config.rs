@@ -131,6 +131,12 @@ impl TrialConfig {
 pub struct GateConfig {
     pub max_failure_rate: f64,
     pub min_completed: u64,
+    /// Before a keep and in `check`: connections one server process serves
+    /// on the host, its memory and descriptors read for growth
+    /// (`bench/endurance.rs`); 0: off.
+    pub endurance_connections: u64,
+    /// ...within this long, or it has served too few.
+    pub endurance_seconds: u64,
 }
 
 impl Default for GateConfig {
@@ -138,13 +144,25 @@ impl Default for GateConfig {
         Self {
             max_failure_rate: 0.0001,
             min_completed: 1000,
+            endurance_connections: 100_000,
+            endurance_seconds: 120,
         }
     }
 }
 
 impl GateConfig {
     pub fn validate(&self) -> Result<()> {
-        range("gate.max_failure_rate", self.max_failure_rate, 0.0, 1.0)
+        range("gate.max_failure_rate", self.max_failure_rate, 0.0, 1.0)?;
+        if self.endurance_connections > 0 && self.endurance_connections < 10_000 {
+            bail!(
+                "gate.endurance_connections must be 0 (off) or at least 10000, got {}: fewer cannot show growth past a warm-up",
+                self.endurance_connections
+            );
+        }
+        if self.endurance_connections > 0 && self.endurance_seconds == 0 {
+            bail!("gate.endurance_seconds must be above 0 while gate.endurance_connections is on");
+        }
+        Ok(())
     }
 }
 

@@ -29,6 +29,16 @@ pub struct GateEvidence {
     /// `bench/emulated/batch.rs`): work deferred out of the count.
     pub deferred_work_ns: u64,
     pub start_error: Option<String>,
+    /// Leaks an endurance run read (see `bench/endurance.rs`).
+    pub growth: Vec<Growth>,
+}
+
+/// A leak: what grew, by how much (in the unit its detail names).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Growth {
+    pub reason: GateReason,
+    pub amount: u64,
+    pub detail: String,
 }
 
 impl GateEvidence {
@@ -60,11 +70,14 @@ pub enum GateReason {
     Connect,
     DeferredClose,
     DeferredWork,
+    DescriptorGrowth,
     ExtraBytes,
+    MemoryGrowth,
     NoListen,
     OffCore,
     Reset,
     ServerExited,
+    SocketGrowth,
     Timeout,
     TooFewCompleted,
     Truncated,
@@ -77,11 +90,14 @@ impl GateReason {
             GateReason::Connect => "connect",
             GateReason::DeferredClose => "deferred_close",
             GateReason::DeferredWork => "deferred_work",
+            GateReason::DescriptorGrowth => "descriptor_growth",
             GateReason::ExtraBytes => "extra_bytes",
+            GateReason::MemoryGrowth => "memory_growth",
             GateReason::NoListen => "no_listen",
             GateReason::OffCore => "off_core",
             GateReason::Reset => "reset",
             GateReason::ServerExited => "server_exited",
+            GateReason::SocketGrowth => "socket_growth",
             GateReason::Timeout => "timeout",
             GateReason::TooFewCompleted => "too_few_completed",
             GateReason::Truncated => "truncated",
@@ -185,6 +201,11 @@ pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
                 "the server ran {} ns between its measured windows, while no client waited on it: work deferred out of the count",
                 e.deferred_work_ns
             ));
+            violated = true;
+        }
+        for g in &e.growth {
+            reasons.insert(g.reason, g.amount);
+            detail.push(g.detail.clone());
             violated = true;
         }
         if e.held_connections > 0 {

@@ -412,6 +412,16 @@ impl RunningServer {
         }
     }
 
+    /// Every process of the server, for what /proc says of each.
+    pub fn processes(&self) -> Vec<i32> {
+        self.pids()
+    }
+
+    /// The sockets it holds now, its listeners apart.
+    pub fn connection_sockets(&self) -> u64 {
+        self.sockets().difference(&self.listeners).count() as u64
+    }
+
     fn sockets(&self) -> HashSet<u64> {
         self.pids()
             .into_iter()
@@ -426,7 +436,7 @@ impl RunningServer {
     pub fn held_connections(&self, timeout: Duration) -> u64 {
         let deadline = Instant::now() + timeout;
         loop {
-            let held = self.sockets().difference(&self.listeners).count() as u64;
+            let held = self.connection_sockets();
             if held == 0 || Instant::now() >= deadline {
                 return held;
             }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod contract;
 pub mod duet;
 pub mod emulated;
+pub mod endurance;
 pub mod environment;
 pub mod gate;
 pub mod launch;

@@ -212,6 +212,31 @@ pub struct Measurement {
     /// its own vCPU, so that its window did not close yet.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub preempted_when_still: u64,
+    /// In the emulated meter's batches: each batch's evidence, warm-up
+    /// included, so that a failed gate can be understood afterwards.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<BatchEvidence>,
+    /// ...and the server's CPU time between its scored windows, where the
+    /// `deferred_work` gate looks, whether or not it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between_windows_ns: Option<u64>,
+}
+
+/// What one emulated batch saw (guest time throughout).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BatchEvidence {
+    pub scored: bool,
+    pub attempts: u64,
+    pub completed: u64,
+    /// Windows it took to answer every client (more than one: the server
+    /// went still before it had).
+    pub windows: u64,
+    /// The server's CPU time in its windows, and their span up to its
+    /// going still.
+    pub busy_ns: u64,
+    pub span_ns: u64,
+    /// Looks at which it stood still while runnable.
+    pub preempted: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::measure::MeasureArgs;
 use super::{arms, Cli};
+use crate::bench::endurance;
 use crate::bench::samples::Samples;
 use crate::config::Config;
 use crate::referee::{compare, format};
@@ -72,6 +73,9 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
         arms::fingerprint(&session, &arms),
     );
     report.comparisons.clear();
+    for (summary, arm) in report.arms.iter_mut().zip(&arms) {
+        summary.endurance = endurance::run(&arm.command, &session.plan, &session.trial_settings())?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -79,9 +83,20 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
         println!(
             "\ngate check: {n} samples of every arm; no interval or verdict below 6 samples (use compare)"
         );
+        report
+            .arms
+            .iter()
+            .for_each(|a| print!("{}", format::endurance_line(a).unwrap_or_default()));
     }
-    match report.arms.iter().find(|a| !a.gate.passed) {
-        Some(a) => anyhow::bail!("the gate failed for {}", a.arm),
+    if let Some(a) = report.arms.iter().find(|a| !a.gate.passed) {
+        anyhow::bail!("the gate failed for {}", a.arm);
+    }
+    match report
+        .arms
+        .iter()
+        .find(|a| a.endurance.as_ref().is_some_and(|e| !e.gate.passed))
+    {
+        Some(a) => anyhow::bail!("the endurance run failed its gate for {}", a.arm),
         None => Ok(()),
     }
 }

@@ -12,6 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::agent::{Origin, Round, Usage};
+use crate::bench::endurance::Endurance;
 use crate::bench::environment::Fingerprint;
 use crate::bench::meter::MeterEvent;
 use crate::bench::samples::Samples;
@@ -188,6 +189,9 @@ pub struct AttemptRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation: Option<Comparison>,
     pub extended: bool,
+    /// The endurance run of a candidate about to be kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endurance: Option<Endurance>,
     pub control_drift: Option<f64>,
     pub durations: Durations,
     pub usage: Option<Usage>,

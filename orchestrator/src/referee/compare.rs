@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bench::config::Schedule;
+use crate::bench::endurance::Endurance;
 use crate::bench::environment::Fingerprint;
 use crate::bench::gate::{self, GateResult};
 use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
@@ -49,9 +50,10 @@ impl Samples {
         gate::combine(&gates)
     }
 
-    /// Which of `arms` (index, name) failed the gate and why, for a verdict's
-    /// detail: an invalid comparison is the candidate's fault only if the
-    /// candidate is the arm that failed.
+    /// Which of `arms` (index, name) failed the gate, in which of its
+    /// trials, and why, for a verdict's detail: an invalid comparison is
+    /// the candidate's fault only if the candidate is the arm that failed,
+    /// and one failed trial among many is named, not lost in a total.
     pub fn gate_failures(&self, arms: &[(usize, &str)]) -> Option<String> {
         let failed: Vec<String> = arms
             .iter()
@@ -60,10 +62,18 @@ impl Samples {
                 if g.passed {
                     return None;
                 }
-                let mut why: Vec<String> =
-                    g.reasons.iter().map(|(k, v)| format!("{k} {v}")).collect();
-                why.extend(g.detail.iter().cloned());
-                Some(format!("the {name} failed the gate ({})", why.join("; ")))
+                let trials = &self.trials[arm];
+                let named: Vec<String> = trials
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| !m.gate.passed)
+                    .map(|(i, m)| format!("trial {} of {}: {}", i + 1, trials.len(), why(&m.gate)))
+                    .collect();
+                Some(if named.is_empty() {
+                    format!("the {name} failed the gate ({})", why(&g))
+                } else {
+                    format!("the {name} failed the gate in {}", named.join("; in "))
+                })
             })
             .collect();
         (!failed.is_empty()).then(|| failed.join(", "))
@@ -147,6 +157,7 @@ impl Samples {
             allotment_used: median_of(&|m| m.allotment_used),
             throttled_share: median_of(&|m| m.throttled_share),
             unsaturated_samples: trials.iter().filter(|m| m.saturated == Some(false)).count(),
+            endurance: None,
         }
     }
 }
@@ -191,6 +202,10 @@ pub struct ArmSummary {
     /// Samples in which the arm ran out of work: not scored.
     #[serde(default)]
     pub unsaturated_samples: usize,
+    /// One process serving many connections, where it was run (`check`,
+    /// and a candidate about to be kept): see `bench/endurance.rs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endurance: Option<Endurance>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -220,6 +235,13 @@ pub struct Comparison {
 
 fn default_level() -> f64 {
     0.95
+}
+
+/// A gate's reasons with their counts, then its details.
+fn why(g: &GateResult) -> String {
+    let mut why: Vec<String> = g.reasons.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    why.extend(g.detail.iter().cloned());
+    why.join("; ")
 }
 
 #[cfg(test)]
@@ -450,7 +472,7 @@ mod tests {
         );
         let why = s.gate_failures(&arms).unwrap();
         assert!(
-            why.starts_with("the champion failed the gate (deferred_close 3;"),
+            why.starts_with("the champion failed the gate in trial 2 of 2: deferred_close 3;"),
             "{why}"
         );
         assert!(why.contains("still held 3 connections"), "{why}");

@@ -3,6 +3,7 @@
 //! [`crate::referee::compare::CompareReport`] itself.
 
 use crate::bench::config::Schedule;
+use crate::bench::gate;
 use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
 use crate::referee::verdict::Verdict;
 
@@ -115,6 +116,32 @@ pub fn compare_table(r: &CompareReport) -> String {
     out += &cgroup_cross_check(r);
     out += &generator_limit(r);
     out
+}
+
+/// An arm's endurance run in a line: what one process served, what it
+/// held at its first and last checkpoints, and the gate's word.
+pub fn endurance_line(a: &ArmSummary) -> Option<String> {
+    let e = a.endurance.as_ref()?;
+    let held = match (e.footprints.first(), e.footprints.last()) {
+        (Some(f), Some(l)) => format!(
+            "; anonymous memory {} -> {} KiB, descriptors {} -> {}, sockets {} -> {}",
+            f.anon_kib, l.anon_kib, f.descriptors, l.descriptors, f.sockets, l.sockets
+        ),
+        _ => String::new(),
+    };
+    let word = if e.gate.passed {
+        "passed".to_string()
+    } else {
+        format!(
+            "FAILED {} {}",
+            gate::fmt_reasons(&e.gate.reasons),
+            e.gate.detail.join("; ")
+        )
+    };
+    Some(format!(
+        "endurance {}: {} of {} connections in one process, {:.1} s{held}: {word}\n",
+        a.arm, e.completed, e.connections, e.seconds
+    ))
 }
 
 /// The meter, schedule and threshold, the environment's warnings and the
@@ -330,6 +357,7 @@ mod tests {
             allotment_used: Some(0.815),
             throttled_share: None,
             unsaturated_samples: 0,
+            endurance: None,
         }
     }
 

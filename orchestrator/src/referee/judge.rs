@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use crate::bench::arm::{with_control, Arm};
 use crate::bench::build::BuildFailure;
 use crate::bench::config::Schedule;
+use crate::bench::endurance::{self, Endurance};
+use crate::bench::gate;
 use crate::bench::meter::MeterPlan;
 use crate::bench::samples::{Samples, Tampered};
 use crate::bench::trial::{self, TrialSettings};
@@ -138,6 +140,8 @@ pub struct Judgement {
     pub tampered: bool,
     pub build_s: f64,
     pub measure_s: f64,
+    /// The candidate's endurance run, when it was about to be kept.
+    pub endurance: Option<Endurance>,
 }
 
 impl Judgement {
@@ -154,6 +158,7 @@ impl Judgement {
             tampered: false,
             build_s: 0.0,
             measure_s: 0.0,
+            endurance: None,
         }
     }
 
@@ -174,6 +179,9 @@ pub fn judge(
     settings: &TrialSettings,
 ) -> Result<Judgement> {
     let mut j = measure_and_decide(stages, champion, control, rules, plan, settings)?;
+    if j.verdict.is_keep() {
+        endure(&mut j, plan, settings)?;
+    }
     let keep = j.verdict.is_keep() && settings.schedule == Schedule::Duet;
     let (Some(candidate), Some(e), true) = (j.candidate.clone(), j.evidence.as_mut(), keep) else {
         return Ok(j);
@@ -195,6 +203,29 @@ pub fn judge(
     e.confirmation = Some((c, alone));
     j.measure_s += t.elapsed().as_secs_f64();
     Ok(j)
+}
+
+/// Serves the candidate about to be kept many connections in one process
+/// (`bench/endurance.rs`); a leak or a crash there makes it invalid. Only
+/// keeps pay for it: a discard leaves nothing behind to leak.
+fn endure(j: &mut Judgement, plan: &MeterPlan, settings: &TrialSettings) -> Result<()> {
+    let Some(candidate) = j.candidate.as_ref() else {
+        return Ok(());
+    };
+    let t = Instant::now();
+    j.endurance = endurance::run(&candidate.command, plan, settings)?;
+    j.measure_s += t.elapsed().as_secs_f64();
+    if let Some(e) = j.endurance.as_ref().filter(|e| !e.gate.passed) {
+        j.verdict = AttemptVerdict::Invalid;
+        j.detail = Some(format!(
+            "the endurance run ({} of {} connections in one process) failed the gate: {} {}",
+            e.completed,
+            e.connections,
+            gate::fmt_reasons(&e.gate.reasons),
+            e.gate.detail.join("; ")
+        ));
+    }
+    Ok(())
 }
 
 /// How many times a confirmation measures before it may refute a duet keep.

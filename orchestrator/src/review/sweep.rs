@@ -253,6 +253,7 @@ mod tests {
             allotment_used: None,
             throttled_share: None,
             unsaturated_samples: 0,
+            endurance: None,
         }
     }
 

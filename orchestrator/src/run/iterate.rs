@@ -75,6 +75,7 @@ pub(super) fn new_record(
         champion_vs_control: None,
         confirmation: None,
         extended: false,
+        endurance: None,
         control_drift: None,
         durations: Durations::default(),
         usage: None,

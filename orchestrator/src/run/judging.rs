@@ -118,6 +118,7 @@ impl Loop<'_> {
         record.build_log_tail = j.build_log_tail.take();
         record.binary_sha256 = j.binary_sha256.take();
         record.extended = j.extended;
+        record.endurance = j.endurance.take();
         record.durations.build_s = j.build_s;
         record.durations.measure_s = j.measure_s;
         let Some(e) = j.evidence.as_ref() else {

@@ -37,7 +37,7 @@ use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::marker::{self, Mark};
 use crate::bench::meter::{MeterPlan, MeterReading};
-use crate::bench::trial::{Measurement, TrialSettings};
+use crate::bench::trial::{BatchEvidence, Measurement, TrialSettings};
 
 /// How a trial's batches are made (guest time throughout).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -89,6 +89,8 @@ struct Batch {
     /// ...and in the whole windows (its going still included).
     in_windows: Duration,
     guest_time: Duration,
+    /// Windows it took.
+    opened: u64,
 }
 
 /// The least share of a window (up to the server's going still) an honest
@@ -170,6 +172,18 @@ fn measurement(
     }
     // The scored batches run back to back, so `meter` spans them all.
     let outside = Duration::from_nanos(meter.task_clock_ns).saturating_sub(in_windows);
+    let batches_seen = batches
+        .iter()
+        .map(|(scored, b)| BatchEvidence {
+            scored: *scored,
+            attempts: b.attempts,
+            completed: b.completed,
+            windows: b.opened,
+            busy_ns: b.busy.as_nanos() as u64,
+            span_ns: b.span.as_nanos() as u64,
+            preempted: b.preempted,
+        })
+        .collect();
     if outside.as_secs_f64() > MAX_DEFERRED * in_windows.as_secs_f64() {
         evidence.deferred_work_ns = outside.as_nanos() as u64;
     }
@@ -201,6 +215,8 @@ fn measurement(
             .flat_map(|b| b.windows.iter().copied())
             .collect(),
         preempted_when_still: preempted,
+        batches: batches_seen,
+        between_windows_ns: Some(outside.as_nanos() as u64),
         ..Default::default()
     }
 }
@@ -253,6 +269,7 @@ fn serve(
         batch.span += t0.elapsed().saturating_sub(still);
         batch.busy += Duration::from_nanos(busy);
         batch.windows.extend(begin.zip(end).map(|(a, e)| [a, e]));
+        batch.opened += 1;
         if all_ended(&clients) || Instant::now() >= deadline {
             break;
         }
