@@ -237,6 +237,21 @@ pub struct BatchEvidence {
     pub span_ns: u64,
     /// Looks at which it stood still while runnable.
     pub preempted: u64,
+    #[serde(default)]
+    pub outside: OutsideWindows,
+}
+
+/// The server's CPU time (ns) in one batch outside its windows, by where:
+/// taking its stop, while its clients queued (stopped, it should have
+/// none), between the windows of one batch, and while its answers were
+/// judged after the last. What falls between batches (a reading of the
+/// counters) is the rest of the trial's `between_windows_ns`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OutsideWindows {
+    pub stopping: u64,
+    pub queueing: u64,
+    pub between: u64,
+    pub judging: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -37,7 +37,7 @@ use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::marker::{self, Mark};
 use crate::bench::meter::{MeterPlan, MeterReading};
-use crate::bench::trial::{BatchEvidence, Measurement, TrialSettings};
+use crate::bench::trial::{BatchEvidence, Measurement, OutsideWindows, TrialSettings};
 
 /// How a trial's batches are made (guest time throughout).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -91,6 +91,8 @@ struct Batch {
     guest_time: Duration,
     /// Windows it took.
     opened: u64,
+    /// The server's CPU time (ns) outside its windows, by where.
+    outside: OutsideWindows,
 }
 
 /// The least share of a window (up to the server's going still) an honest
@@ -182,6 +184,7 @@ fn measurement(
             busy_ns: b.busy.as_nanos() as u64,
             span_ns: b.span.as_nanos() as u64,
             preempted: b.preempted,
+            outside: b.outside,
         })
         .collect();
     if outside.as_secs_f64() > MAX_DEFERRED * in_windows.as_secs_f64() {
@@ -230,7 +233,10 @@ fn serve(
     scored: bool,
 ) -> Result<Batch> {
     let mut batch = Batch::default();
+    let entered = running.cpu_ns()?;
     running.pause(b.timeout)?;
+    let stopped_at = running.cpu_ns()?;
+    batch.outside.stopping = stopped_at.saturating_sub(entered);
     let addr = running.address();
     let requests = contract.pipelined();
     let mut clients = Vec::with_capacity(b.backlog);
@@ -242,8 +248,10 @@ fn serve(
         }
     }
     batch.full_backlog = clients.len() == b.backlog;
+    batch.outside.queueing = running.cpu_ns()?.saturating_sub(stopped_at);
     let deadline = Instant::now() + b.timeout;
     let mut stopped = true;
+    let mut ended_at = None;
     // Windows until every client has seen its end: a server that goes
     // still before it has answered all (one that naps) gets another.
     loop {
@@ -254,11 +262,16 @@ fn serve(
         };
         let t0 = Instant::now();
         let cpu0 = running.cpu_ns()?;
+        if let Some(end) = ended_at {
+            batch.outside.between += cpu0.saturating_sub(end);
+        }
         if std::mem::take(&mut stopped) {
             running.resume();
         }
         let still = until_still(running, &clients, deadline, &mut batch.preempted)?;
-        let busy = running.cpu_ns()?.saturating_sub(cpu0);
+        let cpu1 = running.cpu_ns()?;
+        ended_at = Some(cpu1);
+        let busy = cpu1.saturating_sub(cpu0);
         batch.in_windows += Duration::from_nanos(busy);
         let end = if scored {
             marker::mark(Mark::WindowEnd)
@@ -279,6 +292,9 @@ fn serve(
             Ok(()) => batch.completed += 1,
             Err(f) => batch.failures[f.index()] += 1,
         }
+    }
+    if let Some(end) = ended_at {
+        batch.outside.judging = running.cpu_ns()?.saturating_sub(end);
     }
     Ok(batch)
 }

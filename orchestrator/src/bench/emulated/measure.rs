@@ -284,9 +284,9 @@ impl Job<'_> {
             };
             if !blamed(&run.ending, culprit, &mut downed_once) {
                 tracing::warn!(
-                    "{why} while {} ran in it (console: {}): measuring again in a fresh guest before blaming it",
+                    "{why} while {} ran in it ({}): measuring again in a fresh guest before blaming it",
                     self.arms[culprit].label,
-                    dir.join("console.log").display()
+                    oops(&dir.join("console.log"))
                 );
                 continue;
             }
@@ -459,6 +459,23 @@ fn regime_label(e: &Emulator) -> String {
     )
 }
 
+/// Where a guest's oops happened and in which task, from its console:
+/// the guest's files are removed when every trial passes, so the warning
+/// carries what a reader needs to tell the emulator from the server.
+fn oops(console: &Path) -> String {
+    let text = std::fs::read_to_string(console).unwrap_or_default();
+    let first = |key: &str| {
+        text.lines()
+            .find(|l| l.contains(key))
+            .map(|l| l.split_once("] ").map_or(l, |(_, r)| r).trim().to_string())
+    };
+    [first("Oops"), first("CPU: "), first("RIP: 0010")]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Whether `culprit`, running when its guest ended as `ending`, is to
 /// blame: a hang or a guest that never booted at once, a panic the second
 /// time (`downed_once` remembers the first).
@@ -483,6 +500,22 @@ mod tests {
         assert!(blamed(&panic, 1, &mut once));
         assert!(blamed(&Ending::Hung, 2, &mut once));
         assert!(blamed(&Ending::NoBoot, 3, &mut once));
+    }
+
+    #[test]
+    fn an_oops_is_named_by_its_place_and_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let console = dir.path().join("console.log");
+        std::fs::write(
+            &console,
+            "[   11.871913] Oops: int3: 0000 [#1] PREEMPT SMP NOPTI\n[   11.872825] CPU: 2 UID: 0 PID: 161 Comm: ratchet Not tainted\n[   11.873308] RIP: 0010:__schedule+0x419/0xc00\n[   11.878157] RIP: 0033:0x7fa59890638f\n",
+        )
+        .unwrap();
+        assert_eq!(
+            oops(&console),
+            "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI; CPU: 2 UID: 0 PID: 161 Comm: ratchet Not tainted; RIP: 0010:__schedule+0x419/0xc00"
+        );
+        assert_eq!(oops(&dir.path().join("none")), "");
     }
 
     #[test]
