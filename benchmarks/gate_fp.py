@@ -1,0 +1,62 @@
+"""Summarizes a gate-fp record: per shape, trials, deferred_work failures,
+and the server's CPU time outside its windows as a share of the time in
+them (median, 99th percentile, max), with the phase of the largest; then
+what the hostile servers failed with.
+
+    python3 benchmarks/gate_fp.py benchmarks/runs/gate-fp-<time>
+"""
+import glob
+import json
+import os
+import sys
+
+PHASES = ("stopping", "queueing", "between", "judging")
+
+
+def trials(path):
+    doc = json.load(open(path))
+    for arm in doc["trials"]:
+        yield from arm
+
+
+def share(m):
+    inside = sum(b["busy_ns"] for b in m.get("batches", []) if b["scored"])
+    out = m.get("between_windows_ns")
+    return None if out is None or not inside else out / inside
+
+
+def worst_phase(m):
+    totals = {p: 0 for p in PHASES}
+    for b in m.get("batches", []):
+        if b["scored"]:
+            for p in PHASES:
+                totals[p] += b.get("outside", {}).get(p, 0)
+    return max(totals, key=totals.get), totals
+
+
+def main(run):
+    shapes = {}
+    for path in sorted(glob.glob(os.path.join(run, "*-*.json"))):
+        shapes.setdefault(os.path.basename(path).rsplit("-", 1)[0], []).append(path)
+    print("| shape | trials | deferred_work | other gate failures | outside / inside: median | 99th pct | max | largest phase of the max |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for shape, paths in shapes.items():
+        ms = [m for p in paths for m in trials(p)]
+        deferred = sum("deferred_work" in m["gate"]["reasons"] for m in ms)
+        other = sum(not m["gate"]["passed"] and "deferred_work" not in m["gate"]["reasons"] for m in ms)
+        shares = sorted((share(m), m) for m in ms if share(m) is not None)
+        if not shares:
+            continue
+        q = lambda f: shares[min(len(shares) - 1, int(f * len(shares)))][0]
+        top = shares[-1][1]
+        phase, totals = worst_phase(top)
+        print(f"| {shape} | {len(ms)} | {deferred} | {other} | {q(0.5):.4%} | {q(0.99):.4%} | {shares[-1][0]:.4%} | {phase} ({totals[phase]} ns) |")
+    hostile = os.path.join(run, "hostile.json")
+    if os.path.exists(hostile):
+        doc = json.load(open(hostile))
+        for a in doc["arms"]:
+            print(f"hostile {a['arm']}: passed {a['gate']['passed']}, reasons {sorted(a['gate']['reasons'])}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
