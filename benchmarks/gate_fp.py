@@ -13,10 +13,14 @@ import sys
 PHASES = ("stopping", "queueing", "between", "judging")
 
 
-def trials(path):
+def groups(path, shape):
+    """The file's trials by shape: an A/A's both arms are its shape; a
+    file of several servers (the pilot's check) splits by arm."""
     doc = json.load(open(path))
-    for arm in doc["trials"]:
-        yield from arm
+    labels = [a["arm"] for a in doc["arms"]]
+    for label, trials in zip(labels, doc["trials"]):
+        name = shape if len(set(labels)) == 1 else label.split("--mode ")[-1].split("/")[-1]
+        yield name, trials
 
 
 def share(m):
@@ -37,11 +41,11 @@ def worst_phase(m):
 def main(run):
     shapes = {}
     for path in sorted(glob.glob(os.path.join(run, "*-*.json"))):
-        shapes.setdefault(os.path.basename(path).rsplit("-", 1)[0], []).append(path)
+        for name, ts in groups(path, os.path.basename(path).rsplit("-", 1)[0]):
+            shapes.setdefault(name, []).extend(ts)
     print("| shape | trials | deferred_work | other gate failures | outside / inside: median | 99th pct | max | largest phase of the max |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
-    for shape, paths in shapes.items():
-        ms = [m for p in paths for m in trials(p)]
+    for shape, ms in shapes.items():
         deferred = sum("deferred_work" in m["gate"]["reasons"] for m in ms)
         other = sum(not m["gate"]["passed"] and "deferred_work" not in m["gate"]["reasons"] for m in ms)
         shares = sorted((share(m), m) for m in ms if share(m) is not None)
