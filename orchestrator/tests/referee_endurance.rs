@@ -55,7 +55,8 @@ fn each_leak_and_a_late_crash_fail_endurance_with_their_own_reason() {
     let report = check(&arms);
     let e = endurance(&report, 0);
     assert_eq!(e["gate"]["passed"], true, "the honest server: {e}");
-    assert_eq!(e["completed"].as_u64(), Some(100_000), "{e}");
+    // The checkpoints stop new connections, not those under way.
+    assert!(e["completed"].as_u64().unwrap() >= 100_000, "{e}");
     assert!(e["footprints"].as_array().unwrap().len() >= 10, "{e}");
     let expected = [
         (1, "memory_growth"),

@@ -16,7 +16,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 use crate::bench::cgroup::{self, Cgroup};
-use crate::bench::launch;
+use crate::bench::placement;
 
 pub struct Ballast {
     child: Child,
@@ -50,7 +50,7 @@ impl Ballast {
             command.pre_exec(move || {
                 cgroup::join_from_child(&join)?;
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                launch::pin_to(core)?;
+                placement::pin_to(core)?;
                 let param = libc::sched_param { sched_priority: 0 };
                 if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
                     return Err(std::io::Error::last_os_error());

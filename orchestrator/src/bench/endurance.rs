@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 use crate::bench::gate::{self, GateEvidence, GateReason, GateResult, Growth};
+use crate::bench::holdings;
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::LoadGen;
 use crate::bench::meter::MeterPlan;
@@ -154,7 +155,7 @@ fn footprint(running: &RunningServer, connections: u64) -> Option<Footprint> {
     let held: Vec<_> = running
         .processes()
         .into_iter()
-        .filter_map(crate::bench::procfs::holdings)
+        .filter_map(holdings::holdings)
         .collect();
     if held.is_empty() {
         return None;

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::bench::cgroup::{self, Cgroup, RationGroup};
 use crate::bench::mappings;
 use crate::bench::meter::{MeterPlan, MeterReading, ServerCounters};
+use crate::bench::placement;
 use crate::bench::privilege;
 use crate::bench::procfs::{self, Serves};
 use crate::bench::secrets;
@@ -107,55 +108,6 @@ fn wait_readable(fd: i32, timeout: Duration) -> bool {
     unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) == 1 }
 }
 
-/// Pins the calling process to `core`. Only a system call: safe between
-/// fork and exec.
-pub fn pin_to(core: usize) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// The scheduler slice of a server that shares a rationed group: with the
-/// default (a few ms), whichever arm the scheduler picks first after each
-/// throttle runs a whole slice and the other the rest of the quota, so the
-/// first-started arm took 1.2-1.4 times its share (measured); short slices
-/// interleave the arms finely, so they share the quota alike.
-const SHARED_SLICE_NS: u64 = 100_000;
-
-/// Asks for a custom fair-class slice (Linux 6.12 and later; older kernels
-/// refuse it and keep the default, which only costs fairness). Only a
-/// system call: safe between fork and exec.
-fn set_slice(ns: u64) {
-    #[repr(C)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-    }
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: libc::SCHED_OTHER as u32,
-        flags: 0,
-        nice: 0,
-        priority: 0,
-        runtime: ns,
-        deadline: 0,
-        period: 0,
-    };
-    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-}
-
 /// A port nobody listens on right now. Another process could still take it
 /// before the server binds; [`RunningServer::wait_listening`] then refuses to
 /// mistake that process for the server, because it checks socket ownership.
@@ -193,7 +145,7 @@ impl RunningServer {
             .map_or("server".into(), |n| n.to_string_lossy().to_string());
         let cgroup = Cgroup::create(&label, Some(core), ration)?;
         let join = cgroup.join_paths();
-        let slice_ns = ration.map(|_| SHARED_SLICE_NS);
+        let slice_ns = ration.map(|_| placement::SHARED_SLICE_NS);
         let privilege = privilege::privilege().clone();
         let mut command = Command::new(&server.program);
         secrets::minimal_env(&mut command);
@@ -214,9 +166,9 @@ impl RunningServer {
                 if libc::setpgid(0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                pin_to(core)?;
+                placement::pin_to(core)?;
                 if let Some(ns) = slice_ns {
-                    set_slice(ns);
+                    placement::set_slice(ns);
                 }
                 // Last: joining the cgroup and the pinning need root.
                 privilege::drop_in_child(&privilege)?;

@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod config;
+pub mod figures;
 pub mod format;
 pub mod judge;
 pub mod keep;

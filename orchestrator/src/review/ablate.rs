@@ -13,7 +13,7 @@ use crate::bench::samples::Samples;
 use crate::record::lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};
-use crate::referee::format::{arm_medians, fmt_estimate, fmt_ratio};
+use crate::referee::figures::{arm_medians, fmt_estimate, fmt_ratio};
 use crate::referee::stats;
 use crate::referee::verdict::Verdict;
 use crate::review::progress;

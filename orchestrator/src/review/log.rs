@@ -9,7 +9,7 @@ use crate::record::gitops::short;
 use crate::record::journal::RunStatus;
 use crate::record::lineage::{Lineage, Source, Step};
 use crate::record::recorded::RecordedRun;
-use crate::referee::format::{fmt_ci, fmt_ci_at, fmt_ratio};
+use crate::referee::figures::{fmt_ci, fmt_ci_at, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::tree;
 

@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::bench::profile::Profile;
 use crate::record::lineage::{Lineage, Source};
 use crate::record::recorded::RecordedRun;
-use crate::referee::format::{
+use crate::referee::figures::{
     fmt_ci, fmt_ci_at, fmt_comparison, fmt_estimate, fmt_ratio, fmt_vs_control,
 };
 use crate::review::ablate::AblationRecord;

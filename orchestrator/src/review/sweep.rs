@@ -12,7 +12,7 @@ use crate::bench::arm::Arm;
 use crate::bench::environment::Fingerprint;
 use crate::bench::samples::Samples;
 use crate::referee::compare::{ArmSummary, Comparison};
-use crate::referee::format::{fmt_ci, fmt_ratio};
+use crate::referee::figures::{fmt_ci, fmt_ratio};
 use crate::review::progress;
 use crate::review::svg::{self, Chart, Marker};
 use crate::session::Session;

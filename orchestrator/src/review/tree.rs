@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::Origin;
 use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
-use crate::referee::format::{fmt_ci_at, fmt_ratio};
+use crate::referee::figures::{fmt_ci_at, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::svg::escape;
 

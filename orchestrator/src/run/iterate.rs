@@ -19,7 +19,7 @@ use crate::bench::meter::MeterEvent;
 use crate::clock::now_utc;
 use crate::record::journal::{AttemptRecord, Durations};
 use crate::record::trailers;
-use crate::referee::format::fmt_ratio;
+use crate::referee::figures::fmt_ratio;
 use crate::referee::judge::Judgement;
 use crate::referee::verdict::AttemptVerdict;
 

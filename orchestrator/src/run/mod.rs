@@ -39,7 +39,7 @@ use crate::record::journal::{
 };
 use crate::record::knowledge::{self, KnowledgeBase};
 use crate::referee::compare::ratio_so_far;
-use crate::referee::format::fmt_ratio;
+use crate::referee::figures::fmt_ratio;
 use crate::session::Session;
 
 #[derive(Clone, Debug, Default)]

@@ -6,7 +6,7 @@ use crate::agent::AttemptSummary;
 use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
 use crate::record::knowledge::Lesson;
-use crate::referee::format::{fmt_ci, fmt_comparison, fmt_ratio};
+use crate::referee::figures::{fmt_ci, fmt_comparison, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 
 impl Loop<'_> {

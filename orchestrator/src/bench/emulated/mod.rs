@@ -23,6 +23,7 @@ pub mod count;
 pub mod functions;
 pub mod guest;
 pub mod image;
+mod job;
 pub mod live;
 pub mod marks;
 pub mod measure;

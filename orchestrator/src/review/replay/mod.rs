@@ -19,7 +19,7 @@ use crate::bench::samples::Samples;
 use crate::record::lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};
-use crate::referee::format::{
+use crate::referee::figures::{
     arm_medians, fmt_ci, fmt_comparison, fmt_estimate, fmt_ratio, fmt_vs_control,
 };
 use crate::referee::verdict::{AttemptVerdict, Verdict};
