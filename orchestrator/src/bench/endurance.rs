@@ -20,7 +20,7 @@ use crate::bench::holdings;
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::loadgen::LoadGen;
 use crate::bench::meter::MeterPlan;
-use crate::bench::trial::TrialSettings;
+use crate::bench::trial::{self, TrialSettings};
 use crate::interrupt;
 
 /// Readings after the start: the first two are past the server's warm-up
@@ -84,13 +84,7 @@ pub fn run(
     gate_cfg.min_completed = asked;
     let failed_start = |message: String| Endurance {
         connections: asked,
-        gate: gate::check(
-            &GateEvidence {
-                start_error: Some(message),
-                ..Default::default()
-            },
-            &gate_cfg,
-        ),
+        gate: trial::failed_start(message, &gate_cfg).gate,
         ..Default::default()
     };
     let mut running = match RunningServer::start(server, port, plan, None) {
