@@ -129,7 +129,14 @@ fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
         .contains("QEMU"));
     for (i, arm) in r["arms"].as_array().unwrap().iter().enumerate() {
         assert_eq!(arm["gate"]["passed"], true, "arm {i}: {arm}");
+        // A backlog has no generator beside the server and no client that
+        // timed a connection: what was not measured is absent, never 0.
+        for unmeasured in ["generator_busy", "generator_headroom", "latency_us"] {
+            assert!(arm.get(unmeasured).is_none(), "arm {i}: {arm}");
+        }
         for t in r["trials"][i].as_array().unwrap() {
+            assert!(t.get("generator_busy").is_none(), "{t}");
+            assert!(t.get("latency_us").is_none(), "{t}");
             let cost = t["cost_per_connection"].as_f64().unwrap();
             let completed = t["window_completed"].as_u64().unwrap();
             let (server, generator, guest) = (
@@ -347,3 +354,4 @@ fn a_bad_emulator_setting_is_named_with_its_range() {
         "{err}"
     );
 }
+

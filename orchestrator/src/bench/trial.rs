@@ -155,14 +155,19 @@ pub struct Measurement {
     pub window_completed: u64,
     pub window_s: f64,
     pub throughput_cps: f64,
-    pub latency_us: Latency,
+    /// None where no client timed its connections (an emulated backlog is
+    /// queued while the server is stopped: its waits are the queue's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<Latency>,
     pub syscalls_per_connection: Option<f64>,
     pub context_switches_per_connection: Option<f64>,
     /// Fraction of the window the server was on the CPU (task-clock / wall).
     pub sut_busy: f64,
     /// Fraction of the load cores ratchet itself used during the window: near
-    /// 1.0 means the generator, not the server, was the limit.
-    pub generator_busy: f64,
+    /// 1.0 means the generator, not the server, was the limit. None where
+    /// no generator ran beside the server (an emulated backlog).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_busy: Option<f64>,
     pub meter_delta: MeterReading,
     /// The share of the SUT core's busy time in the window that no arm's
     /// counters account for (kernel threads, interrupts, other processes):
@@ -449,11 +454,11 @@ pub fn run_trial(
         window_completed: window.completed,
         window_s,
         throughput_cps: window.completed as f64 / window_s,
-        latency_us: Latency::of(h),
+        latency_us: Some(Latency::of(h)),
         syscalls_per_connection: meter.syscalls.and_then(per_conn),
         context_switches_per_connection: per_conn(meter.context_switches),
         sut_busy: meter.task_clock_ns as f64 / elapsed.as_nanos() as f64,
-        generator_busy: (cpu1 - cpu0).as_secs_f64() / window_s / load_cores,
+        generator_busy: Some((cpu1 - cpu0).as_secs_f64() / window_s / load_cores),
         sut_unaccounted: unaccounted(
             elapsed,
             idle1.zip(idle0).map(|(b, a)| b.saturating_sub(a)),

@@ -143,17 +143,17 @@ impl Samples {
                 samples: costs,
             },
             throughput_cps: median_of(&|m| Some(m.throughput_cps)).unwrap_or(0.0),
-            latency_us: Latency {
-                p50: median_of(&|m| Some(m.latency_us.p50)).unwrap_or(0.0),
-                p99: median_of(&|m| Some(m.latency_us.p99)).unwrap_or(0.0),
-                p999: median_of(&|m| Some(m.latency_us.p999)).unwrap_or(0.0),
-            },
+            latency_us: median_of(&|m| m.latency_us.map(|l| l.p50)).map(|p50| Latency {
+                p50,
+                p99: median_of(&|m| m.latency_us.map(|l| l.p99)).unwrap_or(0.0),
+                p999: median_of(&|m| m.latency_us.map(|l| l.p999)).unwrap_or(0.0),
+            }),
             syscalls_per_connection: median_of(&|m| m.syscalls_per_connection),
             completions_per_connection: median_of(&|m| m.completions_per_connection),
             context_switches_per_connection: median_of(&|m| m.context_switches_per_connection),
             sut_busy: median_of(&|m| Some(m.sut_busy)).unwrap_or(0.0),
-            generator_busy: median_of(&|m| Some(m.generator_busy)).unwrap_or(0.0),
-            generator_headroom: median_of(&|m| Some(1.0 - m.generator_busy)).unwrap_or(0.0),
+            generator_busy: median_of(&|m| m.generator_busy),
+            generator_headroom: median_of(&|m| m.generator_busy.map(|b| 1.0 - b)),
             allotment_used: median_of(&|m| m.allotment_used),
             throttled_share: median_of(&|m| m.throttled_share),
             unsaturated_samples: trials.iter().filter(|m| m.saturated == Some(false)).count(),
@@ -175,7 +175,9 @@ pub struct ArmSummary {
     pub cost_per_connection: CostSummary,
     pub score: f64,
     pub throughput_cps: f64,
-    pub latency_us: Latency,
+    /// Where clients timed their connections (not an emulated backlog).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<Latency>,
     pub syscalls_per_connection: Option<f64>,
     /// Where measured: io_uring completions posted per connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -189,10 +191,11 @@ pub struct ArmSummary {
     /// ends, draining its backlog in the next arm's slice).
     pub sut_busy: f64,
     /// Share of the load cores ratchet itself used: near 1, the generator
-    /// is the limit.
-    pub generator_busy: f64,
-    #[serde(default)]
-    pub generator_headroom: f64,
+    /// is the limit. Where a generator ran beside the servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_busy: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_headroom: Option<f64>,
     /// In the saturated regime: the median share of its allotment the arm
     /// used, and of bandwidth periods in which it spent its whole quota.
     #[serde(default)]

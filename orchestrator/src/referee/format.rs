@@ -147,22 +147,25 @@ fn column_header(unit: &str, w: usize) -> String {
 
 fn arm_row(a: &ArmSummary, w: usize) -> String {
     format!(
-        "{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8.0} {:>8.0} {:>9.0} {:>9} {:>7} {:>7.0}% {:>7.0}% {:>7}\n",
+"{:<w$} {:>6} {:>14.0} {:>10.1} {:>10.0} {:>8} {:>8} {:>9} {:>9} {:>7} {:>7.0}% {:>8} {:>7}\n",
         a.arm,
         if a.gate.passed { "pass" } else { "FAIL" },
         a.cost_per_connection.median,
         a.score,
         a.throughput_cps,
-        a.latency_us.p50,
-        a.latency_us.p99,
-        a.latency_us.p999,
+        opt(a.latency_us.map(|l| l.p50), 0),
+        opt(a.latency_us.map(|l| l.p99), 0),
+        opt(a.latency_us.map(|l| l.p999), 0),
         opt(a.syscalls_per_connection, 2),
         opt(a.context_switches_per_connection, 3),
         a.sut_busy * 100.0,
-        a.generator_busy * 100.0,
-        a.allotment_used
-            .map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
+        percent(a.generator_busy),
+        percent(a.allotment_used),
     )
+}
+
+fn percent(share: Option<f64>) -> String {
+    share.map_or("-".into(), |u| format!("{:.0}%", u * 100.0))
 }
 
 /// Under an arm's row: the samples it left unscored for running out of
@@ -228,7 +231,9 @@ fn ratios(r: &CompareReport, w: usize) -> String {
 /// How much cheaper or costlier an arm was, where it could be judged.
 fn change(c: &Comparison) -> String {
     match (c.verdict, c.ratio_median) {
-        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) if m < 1.0 => {
+        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m))
+            if m < 1.0 =>
+        {
             format!("{:.1}% cheaper", (1.0 - m) * 100.0)
         }
         (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) => {
@@ -262,7 +267,11 @@ fn unaccounted_share(r: &CompareReport) -> String {
 /// Where the generator, not the servers, set the pace: throughput then
 /// says nothing of the servers.
 fn generator_limit(r: &CompareReport) -> String {
-    let busy = r.arms.iter().map(|a| a.generator_busy).fold(0.0, f64::max);
+    let busy = r
+        .arms
+        .iter()
+        .filter_map(|a| a.generator_busy)
+        .fold(0.0, f64::max);
     let sut = r.arms.iter().map(|a| a.sut_busy).fold(0.0, f64::max);
     if busy > 0.9 && sut < 0.9 {
         format!(
@@ -296,17 +305,17 @@ mod tests {
             },
             score: 1e9 / cost,
             throughput_cps: 21_345.6,
-            latency_us: Latency {
+            latency_us: Some(Latency {
                 p50: 101.4,
                 p99: 340.6,
                 p999: 1_210.2,
-            },
+            }),
             syscalls_per_connection: Some(6.004),
             completions_per_connection: None,
             context_switches_per_connection: None,
             sut_busy: 0.52,
-            generator_busy: 0.94,
-            generator_headroom: 0.06,
+            generator_busy: Some(0.94),
+            generator_headroom: Some(0.06),
             allotment_used: Some(0.815),
             throttled_share: None,
             unsaturated_samples: 0,
@@ -455,7 +464,7 @@ mod tests {
         r.environment = Fingerprint::default();
         r.regime = RegimeRecord::default();
         r.arms.truncate(1);
-        r.arms[0].generator_busy = 0.5;
+        r.arms[0].generator_busy = Some(0.5);
         r.comparisons.clear();
         r.trials.clear();
         let expected = [
@@ -471,5 +480,24 @@ mod tests {
         ]
         .join("\n");
         assert_eq!(compare_table(&r), expected);
+    }
+
+    /// An emulated backlog times no connection and runs no generator
+    /// beside the server: its row shows those columns unmeasured.
+    #[test]
+    fn what_was_not_measured_is_a_dash_never_a_zero() {
+        let mut a = arm("control", 8000.0, GateResult::default());
+        a.latency_us = None;
+        a.generator_busy = None;
+        a.allotment_used = None;
+        let row = arm_row(&a, 14);
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>(),
+            [
+                "control", "FAIL", "8000", "125000.0", "21346", "-", "-", "-", "6.00", "-", "52%",
+                "-", "-"
+            ],
+            "{row}"
+        );
     }
 }

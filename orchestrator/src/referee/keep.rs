@@ -76,12 +76,12 @@ pub struct Tail {
 
 impl Tail {
     pub fn of(samples: &Samples, candidate: usize, champion: usize) -> Self {
-        // 0 where no sample passed: there is no tail to guard.
-        let of = |arm: usize, f: fn(&Measurement) -> f64| {
+        // 0 where no sample passed or none was timed: there is no tail to guard.
+        let of = |arm: usize, f: fn(&Measurement) -> Option<f64>| {
             let v: Vec<f64> = samples.trials[arm]
                 .iter()
                 .filter(|m| m.gate.passed)
-                .map(f)
+                .filter_map(f)
                 .collect();
             if v.is_empty() {
                 0.0
@@ -90,10 +90,10 @@ impl Tail {
             }
         };
         Self {
-            candidate_p99_us: of(candidate, |m| m.latency_us.p99),
-            champion_p99_us: of(champion, |m| m.latency_us.p99),
-            candidate_cps: of(candidate, |m| m.throughput_cps),
-            champion_cps: of(champion, |m| m.throughput_cps),
+            candidate_p99_us: of(candidate, |m| m.latency_us.map(|l| l.p99)),
+            champion_p99_us: of(champion, |m| m.latency_us.map(|l| l.p99)),
+            candidate_cps: of(candidate, |m| Some(m.throughput_cps)),
+            champion_cps: of(champion, |m| Some(m.throughput_cps)),
         }
     }
 

@@ -12,7 +12,7 @@ use crate::bench::arm::Arm;
 use crate::bench::environment::Fingerprint;
 use crate::bench::samples::Samples;
 use crate::referee::compare::{ArmSummary, Comparison};
-use crate::referee::figures::{fmt_ci, fmt_ratio};
+use crate::referee::figures::{fmt_ci, fmt_ratio, opt};
 use crate::review::progress;
 use crate::review::svg::{self, Chart, Marker};
 use crate::session::Session;
@@ -49,7 +49,7 @@ pub fn limit(a: &ArmSummary) -> &'static str {
     let rationed_busy = a.allotment_used.is_some() && a.unsaturated_samples == 0;
     if a.sut_busy >= SATURATED || rationed_busy {
         "server"
-    } else if a.generator_busy >= SATURATED {
+    } else if a.generator_busy.is_some_and(|b| b >= SATURATED) {
         "generator"
     } else {
         "neither"
@@ -128,15 +128,16 @@ pub fn render(r: &SweepRecord) -> String {
         for (i, a) in level.arms.iter().enumerate() {
             let cmp = i.checked_sub(1).and_then(|j| level.comparisons.get(j));
             s += &format!(
-                "{:>6}  {:<w$}  {:>5} {:>10.0} {:>10.0} {:>9.0} {:>7.0}% {:>7.0}%  {:<9}  {:>6} {:<16}\n",
+                "{:>6}  {:<w$}  {:>5} {:>10.0} {:>10.0} {:>9} {:>7.0}% {:>8}  {:<9}  {:>6} {:<16}\n",
                 level.connections,
                 a.arm,
                 if a.gate.passed { "pass" } else { "FAIL" },
                 a.cost_per_connection.median,
                 a.throughput_cps,
-                a.latency_us.p99,
+                opt(a.latency_us.map(|l| l.p99), 0),
                 a.sut_busy * 100.0,
-                a.generator_busy * 100.0,
+                a.generator_busy
+                    .map_or("-".into(), |b| format!("{:.0}%", b * 100.0)),
                 level.limits[i],
                 fmt_ratio(cmp.and_then(|c| c.ratio_median)),
                 fmt_ci(cmp.and_then(|c| c.ratio_interval)),
@@ -152,8 +153,8 @@ const COLORS: [&str; 6] = [
     "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
 ];
 
-/// One measured quantity of an arm at a level.
-type Metric = fn(&ArmSummary) -> f64;
+/// One measured quantity of an arm at a level, where it was measured.
+type Metric = fn(&ArmSummary) -> Option<f64>;
 
 /// Three charts stacked in one SVG: cost, throughput and p99 latency against
 /// connections in flight (log scale). Hollow markers are trials the
@@ -169,16 +170,21 @@ pub fn chart(r: &SweepRecord) -> String {
         .collect();
     let metrics: [(&str, String, Metric); 3] = [
         ("cost", format!("Cost per connection ({})", r.unit), |a| {
-            a.cost_per_connection.median
+            Some(a.cost_per_connection.median)
         }),
         ("throughput", "Throughput (connections/s)".into(), |a| {
-            a.throughput_cps
+            Some(a.throughput_cps)
         }),
-        ("p99", "p99 latency (us)".into(), |a| a.latency_us.p99),
+        ("p99", "p99 latency (us)".into(), |a| {
+            a.latency_us.map(|l| l.p99)
+        }),
     ];
     let mut parts = Vec::new();
     for (id, title, value) in metrics {
-        let values = r.levels.iter().flat_map(|l| l.arms.iter().map(value));
+        let values = r
+            .levels
+            .iter()
+            .flat_map(|l| l.arms.iter().filter_map(value));
         let (lo, hi) = svg::range(values, (0.0, 1.0));
         let mut c = Chart::new(id, &title, (x0 - 0.3, x1 + 0.3), (lo.min(0.0), hi))
             .labels(
@@ -188,21 +194,22 @@ pub fn chart(r: &SweepRecord) -> String {
             .x_ticks(ticks.clone());
         for (i, arm) in r.arms.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
-            let points: Vec<(f64, f64)> = r
+            let measured: Vec<(&Level, f64, f64)> = r
                 .levels
                 .iter()
-                .map(|l| (x_of(l.connections), value(&l.arms[i])))
+                .filter_map(|l| value(&l.arms[i]).map(|y| (l, x_of(l.connections), y)))
                 .collect();
+            let points: Vec<(f64, f64)> = measured.iter().map(|&(_, x, y)| (x, y)).collect();
             c.line(&points, color, 2.0, false);
-            for (l, (x, y)) in r.levels.iter().zip(&points) {
+            for &(l, x, y) in &measured {
                 let marker = if l.limits[i] == "generator" {
                     Marker::Ring
                 } else {
                     Marker::Dot
                 };
                 c.marker(
-                    *x,
-                    *y,
+                    x,
+                    y,
                     color,
                     marker,
                     &format!(
@@ -248,8 +255,8 @@ mod tests {
             completions_per_connection: None,
             context_switches_per_connection: None,
             sut_busy: sut,
-            generator_busy: generator,
-            generator_headroom: 1.0 - generator,
+            generator_busy: Some(generator),
+            generator_headroom: Some(1.0 - generator),
             allotment_used: None,
             throttled_share: None,
             unsaturated_samples: 0,

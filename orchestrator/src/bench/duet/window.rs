@@ -121,11 +121,10 @@ impl Window {
             window_completed: done,
             window_s,
             throughput_cps: done as f64 / active_s,
-            latency_us: Latency::default(),
             syscalls_per_connection: meter.syscalls.and_then(per_conn),
             context_switches_per_connection: per_conn(meter.context_switches),
             sut_busy: meter.task_clock_ns as f64 / (active_s * 1e9),
-            generator_busy: self.generator_cpu_s / window_s / load_cores,
+            generator_busy: Some(self.generator_cpu_s / window_s / load_cores),
             sut_unaccounted: self.sut_unaccounted,
             meter_delta: meter,
             slice_costs: vec![],
@@ -175,7 +174,7 @@ impl Tally {
         }
         let latency = Latency::of(&t.latency_us);
         for m in self.trials[i].iter_mut() {
-            m.latency_us = latency;
+            m.latency_us = Some(latency);
         }
     }
 }
@@ -264,7 +263,9 @@ mod tests {
         assert!(last.gate.passed, "{:?}", last.gate);
         assert_eq!(last.gate.attempts, 130);
         assert_eq!(last.cost_per_connection, Some(7.0));
-        assert!(tally.trials[0].iter().all(|m| m.latency_us.p50 == 80.0));
+        assert!(tally.trials[0]
+            .iter()
+            .all(|m| m.latency_us.is_some_and(|l| l.p50 == 80.0)));
         // A stuck client in the drain fails the last window, not the first.
         tally.evidence[0].attempts = 100;
         tally.evidence[0].completed = 100;

@@ -125,10 +125,10 @@ pub fn run_trial(
         window_completed: window.completed,
         window_s: elapsed.as_secs_f64(),
         throughput_cps: window.completed as f64 / elapsed.as_secs_f64().max(1e-9),
-        latency_us: crate::bench::trial::Latency::of(&totals.latency_us),
+        latency_us: Some(crate::bench::trial::Latency::of(&totals.latency_us)),
         context_switches_per_connection: per_conn(meter.context_switches),
         sut_busy,
-        generator_busy: (cpu1 - cpu0).as_secs_f64() / elapsed.as_secs_f64() / clients,
+        generator_busy: Some((cpu1 - cpu0).as_secs_f64() / elapsed.as_secs_f64() / clients),
         saturated: Some(sut_busy >= MIN_BUSY),
         completions_per_connection: cq0
             .zip(cq1)
