@@ -355,3 +355,32 @@ fn a_bad_emulator_setting_is_named_with_its_range() {
     );
 }
 
+/// A flag the emulated meter would ignore is refused, naming the flag and
+/// the setting that does the job, before anything is built or measured.
+#[test]
+fn a_flag_the_emulated_meter_would_ignore_is_refused_by_name() {
+    let _g = exclusive();
+    for (regime, flag, value, names) in [
+        ("backlog", "--connections", "32", "emulator.backlog"),
+        ("backlog", "--window-ms", "500", "emulator.batches"),
+        ("backlog", "--warmup-ms", "200", "emulator.warmup_batches"),
+        ("backlog", "--schedule", "duet", "in blocks"),
+        ("live", "--window-ms", "500", "emulator.window_connections"),
+    ] {
+        let out = compare(
+            &format!("regime = \"{regime}\"\n"),
+            &["treatment", "control", flag, value],
+            6,
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value} in {regime}: {err}");
+        assert!(
+            err.contains(&format!("{flag} "))
+                && err.contains("has no effect")
+                && err.contains(names),
+            "{flag} {value} in {regime}: {err}"
+        );
+        assert!(err.contains(&format!("({regime} regime)")), "{err}");
+    }
+}

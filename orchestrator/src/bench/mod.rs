@@ -19,6 +19,7 @@ pub mod loadgen;
 pub mod lock;
 pub mod mappings;
 pub mod marker;
+pub mod meaning;
 pub mod meter;
 pub mod perf_profile;
 pub mod placement;

@@ -54,6 +54,7 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
     let config = args.config(Config::load(&cli.config)?)?;
     arms::check(&args.arms)?;
     let session = Session::open(&cli.config, config, "check")?;
+    args.measure.refuse_ignored(&session)?;
     let arms = arms::prepare(&session, &args.arms)?;
     let mut samples = Samples::new(arms.len());
     progress::measure(

@@ -31,6 +31,7 @@ pub fn run(cli: &Cli, args: &CompareArgs) -> Result<()> {
     let config = args.measure.apply(Config::load(&cli.config)?)?;
     arms::check(&args.arms)?;
     let session = Session::open(&cli.config, config, "compare")?;
+    args.measure.refuse_ignored(&session)?;
     let arms = arms::prepare(&session, &args.arms)?;
     let settings = session.trial_settings();
     let sample_count = session.config().compare.samples;

@@ -5,9 +5,11 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::bench::config::Schedule;
+use crate::bench::meaning::{self, Setting};
 use crate::bench::meter::MeterChoice;
 use crate::bench::ration::Regime;
 use crate::config::Config;
+use crate::session::Session;
 
 /// `--meter`: what to count, spelled as `meter.event` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -82,6 +84,19 @@ pub struct TrialArgs {
 }
 
 impl TrialArgs {
+    /// The settings given, by flag, for the measuring host to refuse where
+    /// it would ignore them.
+    pub fn given(&self) -> Vec<(&'static str, Setting)> {
+        let mut given = Vec::new();
+        if self.window_ms.is_some() {
+            given.push(("--window-ms", Setting::WindowMs));
+        }
+        if self.warmup_ms.is_some() {
+            given.push(("--warmup-ms", Setting::WarmupMs));
+        }
+        given
+    }
+
     pub fn apply(&self, config: &mut Config) {
         if let Some(b) = self.samples {
             config.compare.samples = b;
@@ -123,6 +138,25 @@ pub struct MeasureArgs {
 }
 
 impl MeasureArgs {
+    pub fn given(&self) -> Vec<(&'static str, Setting)> {
+        let mut given = self.trial.given();
+        if self.connections.is_some() {
+            given.push(("--connections", Setting::Connections));
+        }
+        if self.schedule == Some(ScheduleArg::Duet) {
+            given.push(("--schedule duet", Setting::ScheduleDuet));
+        }
+        if self.regime == Some(RegimeArg::Idle) {
+            given.push(("--regime idle", Setting::RegimeIdle));
+        }
+        given
+    }
+
+    /// Refuses a flag the session's measuring host would ignore.
+    pub fn refuse_ignored(&self, session: &Session) -> Result<()> {
+        meaning::refuse_ignored(&session.plan, &self.given())
+    }
+
     /// Applies the overrides and re-validates, so a bad flag gets the same
     /// clear error as a bad field.
     pub fn apply(&self, mut config: Config) -> Result<Config> {

@@ -99,6 +99,7 @@ pub fn remeasure<T: serde::Serialize>(
         &args.measure,
     )?;
     let session = Session::open(&cli.config, config, kind)?;
+    args.measure.refuse_ignored(&session)?;
     let record = measure(&session, &review.repo, &run)?;
     let path = store(&run.dir.join(kind), &record)?;
     if args.json {

@@ -50,6 +50,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<()> {
         crate::run::RunOptions {
             resume: args.resume.clone(),
             agent: args.agent.map(|a| a.name().to_string()),
+            given: args.measure.given(),
         },
     )
 }

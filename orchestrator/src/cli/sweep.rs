@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use super::measure::{MeasureArgs, TrialArgs};
 use super::store::store;
 use super::{arms, Cli};
+use crate::bench::meaning::{self, Setting};
 use crate::config::Config;
 use crate::files;
 use crate::review::sweep;
@@ -58,6 +59,9 @@ pub fn run(cli: &Cli, args: &SweepArgs) -> Result<()> {
     arms::check(&args.arms)?;
     let results = session::root_of(&cli.config, &config)?.join(&config.paths.results);
     let session = Session::open(&cli.config, config, "sweep")?;
+    let mut given = args.trial.given();
+    given.push(("--connections", Setting::Connections));
+    meaning::refuse_ignored(&session.plan, &given)?;
     let arms = arms::prepare(&session, &args.arms)?;
     let env = arms::fingerprint(&session, &arms);
     let record = sweep::sweep(&session, &arms, &args.connections, args.seed, env)?;

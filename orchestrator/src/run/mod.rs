@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::agent::Agent;
 use crate::bench::arm::{with_control, Arm};
+use crate::bench::meaning::{self, Setting};
 use crate::bench::profiling;
 use crate::bench::samples::Samples;
 use crate::bench::trial::TrialSettings;
@@ -46,6 +47,9 @@ use crate::session::Session;
 pub struct RunOptions {
     pub resume: Option<String>,
     pub agent: Option<String>,
+    /// The measurement settings given on the command line, by flag: refused
+    /// where the run's measuring host would ignore them.
+    pub given: Vec<(&'static str, Setting)>,
 }
 
 /// How a run ended, for its record and its exit code.
@@ -342,6 +346,7 @@ fn bar() -> ProgressBar {
 /// an interrupt, or an [`Undecided`] run, each recorded in `run.json` first.
 pub fn run(config_path: &Path, config: Config, options: RunOptions) -> Result<()> {
     let session = Session::open(config_path, config, "run")?;
+    meaning::refuse_ignored(&session.plan, &options.given)?;
     let root = &session.workspace.root;
     let cfg = session.config();
     let results = root.join(&cfg.paths.results);
