@@ -231,12 +231,12 @@ fn ratios(r: &CompareReport, w: usize) -> String {
 /// How much cheaper or costlier an arm was, where it could be judged.
 fn change(c: &Comparison) -> String {
     match (c.verdict, c.ratio_median) {
-        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m))
+        (Verdict::Better | Verdict::Promising | Verdict::Worse | Verdict::Same, Some(m))
             if m < 1.0 =>
         {
             format!("{:.1}% cheaper", (1.0 - m) * 100.0)
         }
-        (Verdict::Better | Verdict::Worse | Verdict::Same, Some(m)) => {
+        (Verdict::Better | Verdict::Promising | Verdict::Worse | Verdict::Same, Some(m)) => {
             format!("{:.1}% costlier", (m - 1.0) * 100.0)
         }
         _ => "gate failed".into(),
