@@ -140,6 +140,20 @@ pub fn cost_chart(run: &RecordedRun, lineage: &Lineage) -> String {
     c.render()
 }
 
+/// The coverage of the intervals drawn, as recorded with each: a title
+/// that said 95% once sat above intervals at 97.5% a look.
+fn levels(levels: impl Iterator<Item = f64>) -> String {
+    let mut v: Vec<f64> = levels.filter(|l| *l > 0.0).collect();
+    v.sort_by(f64::total_cmp);
+    v.dedup();
+    let pct = |l: f64| format!("{}%", (l * 1000.0).round() / 10.0);
+    match (v.first(), v.last()) {
+        (Some(&a), Some(&b)) if a == b => pct(a),
+        (Some(&a), Some(&b)) => format!("{}-{}", pct(a).trim_end_matches('%'), pct(b)),
+        _ => "unrecorded".into(),
+    }
+}
+
 pub fn ratio_chart(run: &RecordedRun) -> String {
     let n = run.attempts.len();
     let threshold = run.threshold();
@@ -156,9 +170,14 @@ pub fn ratio_chart(run: &RecordedRun) -> String {
         .flat_map(|p| [p.1, p.2[0], p.2[1]])
         .chain([1.0, 1.0 - threshold]);
     let (lo, hi) = range(values, (0.8, 1.2));
+    let level = levels(
+        run.attempts
+            .iter()
+            .filter_map(|a| a.vs_champion.as_ref().map(|c| c.ci_level)),
+    );
     let mut c = Chart::new(
         "ratios",
-        "Cost ratio to the champion, with its 95% interval",
+        "Cost ratio to the champion, with its interval",
         (-0.5, n as f64 + 0.5),
         (lo, hi),
     )
@@ -187,7 +206,7 @@ pub fn ratio_chart(run: &RecordedRun) -> String {
     }
     c.legend(
         INTERVAL,
-        "interval of the median sample ratio at the keep rule's level (97.5% per look; exact order statistics)",
+        &format!("interval of the median sample ratio, {level} (the keep rule's level a look; exact order statistics)"),
     );
     c.legend(KEPT, "kept");
     c.legend(PROMISING, "promising (interval below 1, short of the line)");
@@ -211,6 +230,11 @@ pub fn control_chart(run: &RecordedRun) -> String {
         .flatten()
         .chain([1.0]);
     let (lo, hi) = range(values, (0.0, 1.2));
+    let level = levels(
+        run.attempts
+            .iter()
+            .filter_map(|a| a.champion_vs_control.as_ref().map(|c| c.ci_level)),
+    );
     let mut c = Chart::new(
         "control",
         "The champion against the frozen control, in every attempt",
@@ -241,7 +265,10 @@ pub fn control_chart(run: &RecordedRun) -> String {
     if let Some(last) = points.last().filter(|_| points.len() > 1) {
         c.text(last.0 as f64, last.1, "champion");
     }
-    c.legend(CONTROL, "champion / control, median and 95% interval");
+    c.legend(
+        CONTROL,
+        &format!("champion / control, median and {level} interval"),
+    );
     c.render()
 }
 
@@ -307,4 +334,16 @@ pub fn profile_chart(
         }
     }
     c.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::levels;
+
+    #[test]
+    fn the_level_drawn_is_the_level_recorded() {
+        assert_eq!(levels([0.975, 0.975].into_iter()), "97.5%");
+        assert_eq!(levels([0.95, 0.975, 0.95].into_iter()), "95-97.5%");
+        assert_eq!(levels(std::iter::empty()), "unrecorded");
+    }
 }

@@ -8,7 +8,9 @@ use anyhow::Result;
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::bench::emulated::WorkloadRegime;
 use crate::bench::profile::Profile;
+use crate::config::Config;
 use crate::record::lineage::{Lineage, Source};
 use crate::record::recorded::RecordedRun;
 use crate::referee::figures::{
@@ -116,13 +118,7 @@ fn facts(run: &RecordedRun) -> String {
         ),
         ("threshold", format!("{:.1}%", run.threshold() * 100.0)),
         ("A/A check", aa),
-        (
-            "load",
-            format!(
-                "load.connections = {}; {} ms warm-up, {} ms window",
-                r.config.load.connections, r.config.trial.warmup_ms, r.config.trial.window_ms
-            ),
-        ),
+        ("load", load(&r.config, &f.meter_source)),
         (
             "machine",
             format!(
@@ -140,6 +136,29 @@ fn facts(run: &RecordedRun) -> String {
         let _ = write!(s, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
     }
     s + "</table>"
+}
+
+/// The load as the run's meter applied it: an emulated trial counts
+/// connections, and its timed settings were never used.
+fn load(c: &Config, meter_source: &str) -> String {
+    let e = &c.emulator;
+    if meter_source != "emulated" {
+        return format!(
+            "load.connections = {}; {} ms warm-up, {} ms window",
+            c.load.connections, c.trial.warmup_ms, c.trial.window_ms
+        );
+    }
+    if e.workload() == WorkloadRegime::Live {
+        format!(
+            "emulated, live: {} connections in flight; {} warm-up connections, {} in a window",
+            c.load.connections, e.warmup_connections, e.window_connections
+        )
+    } else {
+        format!(
+            "emulated, backlog: {} connections queued at a time; {} warm-up and {} measured backlogs a trial",
+            e.backlog, e.warmup_batches, e.batches
+        )
+    }
 }
 
 /// One table row, every cell escaped.
@@ -378,4 +397,31 @@ pub fn write(repo: &git2::Repository, run: &RecordedRun, results: &Path, out: &P
     let lineage = Lineage::read(repo, run)?;
     let html = render(run, &lineage, results);
     crate::files::write_atomic(out, html.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An emulated run's report once listed the timed warm-up and window
+    /// it never used.
+    #[test]
+    fn the_load_is_described_in_the_terms_of_the_meter_that_applied_it() {
+        let mut c = Config::default();
+        let host = load(&c, "pmu");
+        assert!(host.contains("ms window"), "{host}");
+        let backlog = load(&c, "emulated");
+        assert!(
+            backlog.starts_with("emulated, backlog: 256 connections"),
+            "{backlog}"
+        );
+        assert!(!backlog.contains(" ms"), "{backlog}");
+        c.emulator.regime = WorkloadRegime::Live;
+        let live = load(&c, "emulated");
+        assert!(
+            live.starts_with("emulated, live: 256 connections in flight"),
+            "{live}"
+        );
+        assert!(!live.contains(" ms"), "{live}");
+    }
 }
