@@ -197,23 +197,34 @@ fn regime(config: &Config, containment: &crate::bench::cgroup::Containment) -> C
     }
 }
 
-/// Whether the program that builds the target is here. The io_uring
-/// probes run only for a target that says it uses io_uring.
+/// Whether the program that builds the target is here, and the build user
+/// can run it. The io_uring probes run only for a target that says it uses
+/// io_uring.
 fn build_program(config: &Config) -> Check {
     let program = &config.target.build[0];
-    let found = crate::bench::build::on_path(program);
+    if !crate::bench::build::on_path(program) {
+        return check(
+            false,
+            "target build",
+            format!("target.build: `{program}` not found on PATH"),
+        );
+    }
+    if let Err(e) = crate::bench::build::reachable(program) {
+        return check(false, "target build", format!("target.build: {e:#}"));
+    }
+    let passed = if config.target.build_env.is_empty() {
+        String::new()
+    } else {
+        format!("; with {}", config.target.build_env.join(", "))
+    };
     check(
-        found,
+        true,
         "target build",
-        if found {
-            format!(
-                "`{}` ({} server)",
-                config.target.build.join(" "),
-                config.target.language
-            )
-        } else {
-            format!("target.build: `{program}` not found on PATH")
-        },
+        format!(
+            "`{}` ({} server){passed}",
+            config.target.build.join(" "),
+            config.target.language
+        ),
     )
 }
 

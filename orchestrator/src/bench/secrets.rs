@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 /// Names whose values are secrets beyond the configured ones.
-fn looks_secret(name: &str) -> bool {
+pub fn looks_secret(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
     ["KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"]
         .iter()

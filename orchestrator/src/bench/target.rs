@@ -34,6 +34,11 @@ pub struct TargetConfig {
     /// The server uses io_uring: the build needs liburing's header and
     /// `ratchet doctor` checks what the kernel allows.
     pub io_uring: bool,
+    /// Variables of ratchet's environment the build gets beside `PATH`, by
+    /// name: what a toolchain needs to find itself (`CARGO_HOME`,
+    /// `RUSTUP_HOME`, `GOPATH`, `GOCACHE`, `HOME`). Never a secret: a name
+    /// that looks like one is refused.
+    pub build_env: Vec<String>,
 }
 
 impl Default for TargetConfig {
@@ -49,6 +54,7 @@ impl Default for TargetConfig {
                           serving short-lived connections."
                 .into(),
             io_uring: true,
+            build_env: Vec::new(),
         }
     }
 }
@@ -105,6 +111,17 @@ impl TargetConfig {
         }
         if self.language.trim().is_empty() {
             bail!("target.language must name the server's language, for example \"C++\"");
+        }
+        for name in &self.build_env {
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                bail!("target.build_env: {name:?} is not a variable's name");
+            }
+            if crate::bench::secrets::looks_secret(name) {
+                bail!("target.build_env: {name} looks like a secret, and no build gets one");
+            }
         }
         Ok(())
     }
@@ -180,6 +197,8 @@ mod tests {
             ("sources = [\"\"]", "target.sources"),
             ("port_args = [\"--port\", \"8080\"]", "target.port_args"),
             ("language = \" \"", "target.language"),
+            ("build_env = [\"OPENAI_API_KEY\"]", "target.build_env"),
+            ("build_env = [\"HOME=/root\"]", "target.build_env"),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(field), "{text}: {err}");

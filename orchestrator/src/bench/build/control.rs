@@ -26,6 +26,7 @@ pub fn build_control(src: &Path, cache: &Path, timeout: Duration) -> Result<Buil
         kind: "control",
         sources: &globs,
         argv: vec!["go".into(), "build".into()],
+        env: Vec::new(),
         binary: "control",
     };
     cached_build(&recipe, &src_abs, cache, timeout, |copy, out| {

@@ -23,6 +23,7 @@ mod cache;
 mod control;
 mod sources;
 mod target;
+mod toolchain;
 use crate::bench::privilege;
 use crate::bench::secrets;
 use crate::glob::Globs;
@@ -133,7 +134,23 @@ fn require_tool(tool: &str, package: &str) -> Result<()> {
     if !on_path(tool) {
         bail!("`{tool}` not found on PATH: install the Debian package {package} (apt-get install {package})");
     }
-    Ok(())
+    reachable(tool)
+}
+
+/// Refuses, with the reason, a build program the build user cannot run.
+pub fn reachable(program: &str) -> Result<()> {
+    let Some(id) = privilege::privilege().identity() else {
+        return Ok(());
+    };
+    let user = toolchain::BuildUser {
+        name: &id.name,
+        uid: id.uid,
+        gid: id.gid,
+    };
+    match toolchain::unreachable(program, &user) {
+        Some(why) => bail!("{why}"),
+        None => Ok(()),
+    }
 }
 
 /// What a build is, beside its sources: its argv and the binary it leaves.
@@ -143,6 +160,9 @@ struct Recipe<'a> {
     kind: &'a str,
     sources: &'a Globs,
     argv: Vec<String>,
+    /// The variables passed beside PATH (`target.build_env`) with their
+    /// values: another toolchain is another build.
+    env: Vec<(String, String)>,
     binary: &'a str,
 }
 
@@ -153,6 +173,12 @@ impl Recipe<'_> {
         for a in &self.argv {
             h.update([0]);
             h.update(a.as_bytes());
+        }
+        for (k, v) in &self.env {
+            h.update([2]);
+            h.update(k.as_bytes());
+            h.update([3]);
+            h.update(v.as_bytes());
         }
         h.update([1]);
         h.update(self.binary.as_bytes());
@@ -285,6 +311,7 @@ mod tests {
             kind,
             sources,
             argv: vec!["sh".into()],
+            env: Vec::new(),
             binary: "server",
         }
     }

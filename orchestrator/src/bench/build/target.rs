@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::sources::copy_sources;
-use super::{cached_build, on_path, Built, Recipe};
+use super::{cached_build, on_path, reachable, Built, Recipe};
 use crate::bench::secrets;
 use crate::bench::target::TargetConfig;
 
@@ -22,6 +22,7 @@ pub fn build_target(
     if !on_path(program) {
         bail!("target.build: `{program}` not found on PATH (install it, or name the program that builds the server)");
     }
+    reachable(program).context("target.build")?;
     if target.io_uring && !Path::new("/usr/include/liburing.h").exists() {
         bail!("liburing.h not found (target.io_uring is set): install the Debian package liburing-dev (apt-get install liburing-dev)");
     }
@@ -29,10 +30,12 @@ pub fn build_target(
         .canonicalize()
         .with_context(|| format!("the server's source {}", src.display()))?;
     let globs = target.globs();
+    let env = passed_env(&target.build_env);
     let recipe = Recipe {
         kind: "target",
         sources: &globs,
         argv: target.build.clone(),
+        env: env.clone(),
         binary: &target.binary,
     };
     cached_build(&recipe, &src_abs, cache, timeout, |copy, out| {
@@ -42,10 +45,19 @@ pub fn build_target(
             .map(|a| a.replace("{out}", &out.to_string_lossy()))
             .collect();
         let mut c = Command::new(&argv[0]);
-        secrets::minimal_env(&mut c);
+        secrets::minimal_env(&mut c).envs(env);
         c.args(&argv[1..]).current_dir(copy);
         c
     })
+}
+
+/// The variables `target.build_env` names, with their values in ratchet's
+/// environment; one that is unset stays unset.
+fn passed_env(names: &[String]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .filter_map(|n| Some((n.clone(), std::env::var(n).ok()?)))
+        .collect()
 }
 
 /// Builds the target's source in `src` with `files` (paths relative to
@@ -155,6 +167,66 @@ mod tests {
         assert!(
             err.to_string().contains("target.build")
                 && err.to_string().contains("no-such-compiler-xyz")
+        );
+    }
+
+    /// The variables `target.build_env` names reach the build, and nothing
+    /// else of ratchet's environment does; another value is another build.
+    #[test]
+    fn the_named_variables_reach_the_build_and_key_it() {
+        std::env::set_var("RATCHET_TEST_TOOLCHAIN_HOME", "/opt/toolchain-a");
+        std::env::set_var("RATCHET_TEST_UNNAMED", "not passed");
+        let (src, cache) = (nested_source(), tempfile::tempdir().unwrap());
+        let t = TargetConfig {
+            build_env: vec!["RATCHET_TEST_TOOLCHAIN_HOME".into(), "RATCHET_TEST_UNSET".into()],
+            ..shell_target(
+                "echo \"$RATCHET_TEST_TOOLCHAIN_HOME|${RATCHET_TEST_UNNAMED-unset}|${RATCHET_TEST_UNSET-unset}\" > {out}/server",
+                "server",
+            )
+        };
+        let built = build_target(src.path(), &t, cache.path(), Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&built.binary).unwrap(),
+            "/opt/toolchain-a|unset|unset\n"
+        );
+        std::env::set_var("RATCHET_TEST_TOOLCHAIN_HOME", "/opt/toolchain-b");
+        let again = build_target(src.path(), &t, cache.path(), Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&again.binary).unwrap(),
+            "/opt/toolchain-b|unset|unset\n"
+        );
+    }
+
+    /// A toolchain the build user cannot reach is named with what is in
+    /// its way, before the build runs, rather than "Permission denied".
+    #[test]
+    fn a_build_program_the_build_user_cannot_reach_is_named() {
+        if crate::bench::privilege::privilege().identity().is_none() {
+            return; // not root: builds run as ratchet's own user
+        }
+        let home = tempfile::tempdir().unwrap();
+        // Mode 700, as root's home.
+        std::fs::set_permissions(
+            home.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let tool = home.path().join("cargo");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let (src, cache) = (nested_source(), tempfile::tempdir().unwrap());
+        let t = TargetConfig {
+            build: vec![tool.to_string_lossy().into()],
+            ..shell_target("", "server")
+        };
+        let err = build_target(src.path(), &t, cache.path(), Duration::from_secs(5)).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.starts_with("target.build: ")
+                && text.contains("is not executable by")
+                && text.contains(&format!("{} is mode 700", home.path().display())),
+            "{text}"
         );
     }
 }
