@@ -19,6 +19,7 @@ pub mod attribution;
 pub mod batch;
 pub mod calibrate;
 pub mod clients;
+mod clock;
 pub mod count;
 pub mod functions;
 pub mod guest;

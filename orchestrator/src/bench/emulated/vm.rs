@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::clock::GuestClock;
 use super::marks::Marks;
 use super::{Emulator, WorkloadRegime};
 use crate::interrupt;
@@ -22,9 +23,10 @@ pub enum Ending {
     PoweredOff,
     /// Its kernel panicked (the console's panic line).
     Panicked(String),
-    /// It had not started ratchet after `boot_timeout_s`.
+    /// It had not started ratchet after `boot_timeout_s` of the time the
+    /// host let it run ([`GuestClock`]).
     NoBoot,
-    /// It was still running after `timeout_s`.
+    /// It was still running after `timeout_s` of that time.
     Hung,
     /// QEMU exited on its own without the guest finishing (its stderr).
     QemuFailed(String),
@@ -36,11 +38,11 @@ impl Ending {
             Ending::PoweredOff => "powered off".into(),
             Ending::Panicked(line) => format!("the guest kernel panicked: {line}"),
             Ending::NoBoot => format!(
-                "the guest did not boot within {} s (emulator.boot_timeout_s)",
+                "the guest did not boot within {} s (emulator.boot_timeout_s) of the time the host let it run",
                 e.config.boot_timeout_s
             ),
             Ending::Hung => format!(
-                "the guest was still running after {} s (emulator.timeout_s) and was stopped",
+                "the guest was still running after {} s (emulator.timeout_s) of the time the host let it run, and was stopped",
                 e.config.timeout_s
             ),
             Ending::QemuFailed(why) => format!("QEMU exited early: {why}"),
@@ -283,11 +285,11 @@ pub fn run(
     let stderr = dir.join("qemu.stderr");
     let mut c = command(e, dir, initrd, seed, markers);
     c.stderr(std::fs::File::create(&stderr)?);
-    let start = Instant::now();
     let mut child = Killed(
         c.spawn()
             .with_context(|| format!("starting {}", e.qemu.display()))?,
     );
+    let clock = GuestClock::start(child.0.id() as i32);
     if e.config.workload() == WorkloadRegime::Live {
         yield_server_vcpu(child.0.id() as i32, e.config.sut_vcpu());
     }
@@ -309,10 +311,10 @@ pub fn run(
         }
         interrupt::check()?;
         booted = booted || lines(&channel).iter().any(|l| l.starts_with("UP "));
-        if !booted && start.elapsed() > boot {
+        if !booted && clock.elapsed() > boot {
             break Ending::NoBoot;
         }
-        if start.elapsed() > limit {
+        if clock.elapsed() > limit {
             break Ending::Hung;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -336,7 +338,7 @@ pub fn run(
         marks_path,
         channel: lines(&channel),
         ending,
-        wall: start.elapsed(),
+        wall: clock.wall(),
     })
 }
 
