@@ -5,10 +5,11 @@
 # where `deferred_work` looks (it fails a trial above 2% of the time in
 # them). Then the hostile servers it must still catch, once each.
 #
-#   benchmarks/gate-fp.sh [N] [SHAPE...]   N compares a shape (default 9:
-#                                          216 trials); shapes from
-#                                          blocking epoll threads treatment
-#                                          control (default all)
+#   benchmarks/gate-fp.sh [N] [SHAPE[:M]...]   N compares a shape (default
+#                                              9: 216 trials), M for that
+#                                              shape alone; shapes from
+#                                              blocking epoll threads
+#                                              treatment control (default all)
 #
 # Records under benchmarks/runs/gate-fp-<UTC time>/, summarized by
 # benchmarks/gate_fp.py.
@@ -37,8 +38,11 @@ arm() {
 C() { $R --config "$work/harness.toml" compare --meter emulated --samples 12 --json "$@"; }
 sed 's/^endurance_connections = .*/endurance_connections = 0/' harness.toml |
   sed "s|^root = \".\"|root = \"$(pwd)\"|" > "$work/harness.toml"
-for s in "${shapes[@]}"; do
-  for i in $(seq 1 "$n"); do
+for spec in "${shapes[@]}"; do
+  s=${spec%%:*}
+  m=$n
+  [[ $spec == *:* ]] && m=${spec#*:}
+  for i in $(seq 1 "$m"); do
     C --seed "$i" "$(arm "$s")" "$(arm "$s")" > "$out/$s-$i.json" || true
   done
 done
