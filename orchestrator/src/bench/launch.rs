@@ -123,6 +123,62 @@ pub fn free_port() -> Result<u16> {
     bail!("no free TCP port found on 127.0.0.1")
 }
 
+/// The server's command: its arguments and port, its own environment over
+/// a minimal one, its stderr kept.
+fn command(server: &ServerCommand, port: u16, stderr: &std::fs::File) -> Result<Command> {
+    let mut command = Command::new(&server.program);
+    secrets::minimal_env(&mut command);
+    command
+        .current_dir("/")
+        .args(&server.args)
+        .args(port_args(&server.port_args, port))
+        .envs(server.env.iter().cloned())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr.try_clone()?);
+    Ok(command)
+}
+
+/// A helper thread that reads the child's pid from `pid_r`, opens its
+/// counters, and only then lets it exec (a byte on `go_w`): the counters
+/// see the server from its first instruction.
+fn arm_counters(
+    pid_r: i32,
+    go_w: i32,
+    plan: MeterPlan,
+) -> std::thread::JoinHandle<Result<(i32, ServerCounters)>> {
+    std::thread::spawn(move || {
+        let armed = (|| -> Result<(i32, ServerCounters)> {
+            if !wait_readable(pid_r, Duration::from_secs(10)) {
+                bail!("the server process did not report its pid");
+            }
+            let mut buf = [0u8; 4];
+            if unsafe { libc::read(pid_r, buf.as_mut_ptr() as *mut libc::c_void, 4) } != 4 {
+                bail!("the server process exited before exec");
+            }
+            let pid = i32::from_ne_bytes(buf);
+            Ok((pid, ServerCounters::open(&plan, pid)?))
+        })();
+        if armed.is_ok() {
+            unsafe { libc::write(go_w, b"g".as_ptr() as *const libc::c_void, 1) };
+        }
+        close(go_w);
+        armed
+    })
+}
+
+/// Why a server did not start, saying as whom where permission was denied.
+fn not_started(server: &ServerCommand, e: std::io::Error) -> anyhow::Error {
+    let who = match privilege::privilege().identity() {
+        Some(id) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
+            " as {} (uid {}): the program and every directory above it must be readable and searchable by that user",
+            id.name, id.uid
+        ),
+        _ => String::new(),
+    };
+    anyhow::Error::new(e).context(format!("starting {}{who}", server.program.display()))
+}
+
 impl RunningServer {
     /// Starts `server` on `port`, metered by `plan`; with `ration`, it
     /// shares that group's CPU allotment (the saturated regime).
@@ -147,16 +203,7 @@ impl RunningServer {
         let join = cgroup.join_paths();
         let slice_ns = ration.map(|_| placement::SHARED_SLICE_NS);
         let privilege = privilege::privilege().clone();
-        let mut command = Command::new(&server.program);
-        secrets::minimal_env(&mut command);
-        command
-            .current_dir("/")
-            .args(&server.args)
-            .args(port_args(&server.port_args, port))
-            .envs(server.env.iter().cloned())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr.try_clone()?);
+        let mut command = command(server, port, &stderr)?;
         // SAFETY: only async-signal-safe system calls run between fork and exec.
         unsafe {
             command.pre_exec(move || {
@@ -187,25 +234,7 @@ impl RunningServer {
         }
         // The calling thread forks (so PR_SET_PDEATHSIG ties the server's life
         // to it); a helper thread arms the counters while the child waits.
-        let plan_for_helper = plan.clone();
-        let helper = std::thread::spawn(move || {
-            let armed = (|| -> Result<(i32, ServerCounters)> {
-                if !wait_readable(pid_r, Duration::from_secs(10)) {
-                    bail!("the server process did not report its pid");
-                }
-                let mut buf = [0u8; 4];
-                if unsafe { libc::read(pid_r, buf.as_mut_ptr() as *mut libc::c_void, 4) } != 4 {
-                    bail!("the server process exited before exec");
-                }
-                let pid = i32::from_ne_bytes(buf);
-                Ok((pid, ServerCounters::open(&plan_for_helper, pid)?))
-            })();
-            if armed.is_ok() {
-                unsafe { libc::write(go_w, b"g".as_ptr() as *const libc::c_void, 1) };
-            }
-            close(go_w);
-            armed
-        });
+        let helper = arm_counters(pid_r, go_w, plan.clone());
         let spawned = command.spawn();
         if spawned.is_err() {
             // The child never ran: wake the helper up so it can give up.
@@ -234,16 +263,7 @@ impl RunningServer {
                 let _ = child.wait();
                 Err(e)
             }
-            (_, Err(e)) => {
-                let who = match privilege::privilege().identity() {
-                    Some(id) if e.kind() == std::io::ErrorKind::PermissionDenied => format!(
-                        " as {} (uid {}): the program and every directory above it must be readable and searchable by that user",
-                        id.name, id.uid
-                    ),
-                    _ => String::new(),
-                };
-                Err(e).with_context(|| format!("starting {}{who}", server.program.display()))
-            }
+            (_, Err(e)) => Err(not_started(server, e)),
         }
     }
 

@@ -20,6 +20,7 @@ pub mod lock;
 pub mod mappings;
 pub mod marker;
 pub mod meaning;
+pub mod measurement;
 pub mod meter;
 pub mod perf_profile;
 pub mod placement;

@@ -5,7 +5,6 @@
 //! that window.
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,10 +14,12 @@ use crate::bench::cgroup::RationGroup;
 use crate::bench::config::Schedule;
 use crate::bench::config::{DuetLoad, GateConfig, TrialSections};
 use crate::bench::contract::Contract;
-use crate::bench::gate::{self, GateEvidence, GateResult};
+use crate::bench::gate::{self, GateEvidence};
 use crate::bench::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
-use crate::bench::loadgen::{LoadGen, LoadSpec};
-use crate::bench::mappings;
+use crate::bench::loadgen::{LoadGen, LoadSnapshot, LoadSpec};
+pub use crate::bench::measurement::{
+    BatchEvidence, EmulatedCounts, Latency, Measurement, OutsideWindows, ProfileWindow,
+};
 use crate::bench::meter::{MeterPlan, MeterReading};
 use crate::bench::procfs;
 use crate::bench::ration::{self, Allotment, SaturationConfig};
@@ -129,168 +130,6 @@ pub fn smoke(
     }))
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Latency {
-    pub p50: f64,
-    pub p99: f64,
-    pub p999: f64,
-}
-
-impl Latency {
-    pub fn of(h: &hdrhistogram::Histogram<u64>) -> Self {
-        Self {
-            p50: h.value_at_quantile(0.5) as f64,
-            p99: h.value_at_quantile(0.99) as f64,
-            p999: h.value_at_quantile(0.999) as f64,
-        }
-    }
-}
-
-/// What one trial measured. `cost_per_connection` is in the meter's unit and
-/// is `None` when the gate failed: a failed trial has no score.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Measurement {
-    pub gate: GateResult,
-    pub cost_per_connection: Option<f64>,
-    pub window_completed: u64,
-    pub window_s: f64,
-    pub throughput_cps: f64,
-    /// None where no client timed its connections (an emulated backlog is
-    /// queued while the server is stopped: its waits are the queue's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latency_us: Option<Latency>,
-    pub syscalls_per_connection: Option<f64>,
-    pub context_switches_per_connection: Option<f64>,
-    /// Fraction of the window the server was on the CPU (task-clock / wall).
-    pub sut_busy: f64,
-    /// Fraction of the load cores ratchet itself used during the window: near
-    /// 1.0 means the generator, not the server, was the limit. None where
-    /// no generator ran beside the server (an emulated backlog).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub generator_busy: Option<f64>,
-    pub meter_delta: MeterReading,
-    /// The share of the SUT core's busy time in the window that no arm's
-    /// counters account for (kernel threads, interrupts, other processes):
-    /// what the per-arm costs leave out.
-    #[serde(default)]
-    pub sut_unaccounted: Option<f64>,
-    /// Cost per connection in consecutive slices of the window: shows whether
-    /// a trial's cost was steady or moved within the window.
-    #[serde(default)]
-    pub slice_costs: Vec<f64>,
-    /// In the saturated regime: the arm's CPU time on the SUT core over
-    /// what its allotment allowed in the window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allotment_used: Option<f64>,
-    /// The share of its bandwidth periods in which it spent its whole quota.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throttled_share: Option<f64>,
-    /// Whether it had work the whole window (None: the idle regime, where
-    /// nothing is claimed). An unsaturated window is not scored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub saturated: Option<bool>,
-    /// Inside the emulated guest: the sequence numbers of the markers that
-    /// opened and closed each measured window (see [`crate::bench::marker`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub windows: Vec<[u64; 2]>,
-    /// In an emulated measurement: the window's instructions by where they
-    /// ran (the cost is the server's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub emulated: Option<EmulatedCounts>,
-    /// Where measured (the emulated live regime): interrupts and softirqs
-    /// on the server's core per connection in the window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub core_events: Option<procfs::CoreEvents>,
-    /// Where measured (the emulated live regime) and the server holds an
-    /// io_uring: completions its rings posted in the window per connection.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completions_per_connection: Option<f64>,
-    /// Inside the emulated guest: the markers around an unscored window
-    /// the meter plugin profiled, and the connections completed in it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile_window: Option<ProfileWindow>,
-    /// That window's profile by function, named on the host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<crate::bench::profile::Profile>,
-    /// In the emulated meter's batches: how often the server's CPU time
-    /// had stood still while one of its threads was runnable, preempted on
-    /// its own vCPU, so that its window did not close yet.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub preempted_when_still: u64,
-    /// In the emulated meter's batches: each batch's evidence, warm-up
-    /// included, so that a failed gate can be understood afterwards.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub batches: Vec<BatchEvidence>,
-    /// ...and the server's CPU time between its scored windows, where the
-    /// `deferred_work` gate looks, whether or not it failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub between_windows_ns: Option<u64>,
-}
-
-/// What one emulated batch saw (guest time throughout).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct BatchEvidence {
-    pub scored: bool,
-    pub attempts: u64,
-    pub completed: u64,
-    /// Windows it took to answer every client (more than one: the server
-    /// went still before it had).
-    pub windows: u64,
-    /// The server's CPU time in its windows, and their span up to its
-    /// going still.
-    pub busy_ns: u64,
-    pub span_ns: u64,
-    /// Looks at which it stood still while runnable.
-    pub preempted: u64,
-    #[serde(default)]
-    pub outside: OutsideWindows,
-}
-
-/// The server's CPU time (ns) in one batch outside its windows, by where:
-/// taking its stop, while its clients queued (stopped, it should have
-/// none), between the windows of one batch, and while its answers were
-/// judged after the last. What falls between batches (a reading of the
-/// counters) is the rest of the trial's `between_windows_ns`.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct OutsideWindows {
-    pub stopping: u64,
-    pub queueing: u64,
-    pub between: u64,
-    pub judging: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ProfileWindow {
-    pub marks: [u64; 2],
-    pub connections: u64,
-    /// The server's executable mappings while it was profiled, by which
-    /// its user-space addresses are named.
-    #[serde(default)]
-    pub maps: Vec<mappings::Mapping>,
-    /// The path of the server's own program among them.
-    #[serde(default)]
-    pub exe: String,
-}
-
-/// Instructions executed in the guest during a trial's windows, user and
-/// kernel.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct EmulatedCounts {
-    /// On the server's vCPU (under icount, the backlog regime's, QEMU
-    /// counts a block on the vCPU that translated it, so this split is not
-    /// the server's there; live it is: docs/emulated-meter.md)...
-    pub server: u64,
-    /// ...and on the others: ratchet's looks at the server, and the part
-    /// of the server's work the guest kernel did there.
-    pub generator: u64,
-    /// The whole guest: the cost.
-    pub guest: u64,
-}
-
 impl Measurement {
     /// Records what `meter` over `elapsed` says of the arm's saturation.
     pub fn with_saturation(
@@ -359,6 +198,44 @@ pub fn failed_start(message: String, gate: &GateConfig) -> Measurement {
     }
 }
 
+/// A trial's measured window, read in slices.
+struct Window<'a> {
+    running: &'a mut RunningServer,
+    load: &'a LoadGen,
+    alive: &'a mut bool,
+}
+
+impl Window<'_> {
+    /// Watches the server through the window from `t0`, reading its counters
+    /// and the load at each slice's end (the last after `drain`): the
+    /// readings at the end, and the cost per connection of each slice.
+    fn slices(
+        &mut self,
+        s: &TrialSettings,
+        t0: Instant,
+        start: (MeterReading, LoadSnapshot),
+        drain: &dyn Fn(&LoadGen),
+    ) -> Result<(MeterReading, LoadSnapshot, Vec<f64>)> {
+        let slices = (s.window.as_millis() / SLICE.as_millis()).max(1) as u32;
+        let mut slice_costs = Vec::with_capacity(slices as usize);
+        let (mut mp, mut lp) = start;
+        for k in 1..=slices {
+            let until = s.window * k / slices;
+            *self.alive &= watch(self.running, until.saturating_sub(t0.elapsed()))?;
+            if k == slices {
+                drain(self.load);
+            }
+            let (m1, l1) = (self.running.read()?, self.load.snapshot(0));
+            let done = l1.completed - lp.completed;
+            if done > 0 {
+                slice_costs.push((m1.primary - mp.primary) as f64 / done as f64);
+            }
+            (mp, lp) = (m1, l1);
+        }
+        Ok((mp, lp, slice_costs))
+    }
+}
+
 pub fn run_trial(
     server: &ServerCommand,
     plan: &MeterPlan,
@@ -393,25 +270,14 @@ pub fn run_trial(
     let m0 = running.read()?;
     let l0 = load.snapshot(0);
     load.resume();
-    let slices = (s.window.as_millis() / SLICE.as_millis()).max(1) as u32;
-    let mut slice_costs = Vec::with_capacity(slices as usize);
-    let (mut mp, mut lp) = (m0, l0);
-    let mut m1 = m0;
-    let mut l1 = l0;
-    for k in 1..=slices {
-        let until = s.window * k / slices;
-        alive &= watch(&mut running, until.saturating_sub(t0.elapsed()))?;
-        if k == slices {
-            drain(&load);
-        }
-        m1 = running.read()?;
-        l1 = load.snapshot(0);
-        let done = l1.completed - lp.completed;
-        if done > 0 {
-            slice_costs.push((m1.primary - mp.primary) as f64 / done as f64);
-        }
-        (mp, lp) = (m1, l1);
-    }
+    let (m1, l1, slice_costs) = {
+        let mut window = Window {
+            running: &mut running,
+            load: &load,
+            alive: &mut alive,
+        };
+        window.slices(s, t0, (m0, l0), &drain)?
+    };
     let elapsed = t0.elapsed();
     let cpu1 = own_cpu();
     let idle1 = procfs::cpu_idle_us(plan.sut_core);
@@ -425,20 +291,15 @@ pub fn run_trial(
 
     let meter = m1.delta(&m0);
     let window = l1.delta(&l0);
-    let mut evidence = GateEvidence {
-        attempts: totals.snapshot.attempts,
-        completed: totals.snapshot.completed,
-        failures: totals.snapshot.failures,
+    // A connection still hanging after the drain deadline never completed:
+    // `from_totals` counts it a timeout.
+    let evidence = GateEvidence {
         window_completed: window.completed,
-        alive,
         // Off-core work anywhere in the trial, warm-up included.
         off_core_ns: m1.off_core_ns,
         held_connections,
-        ..Default::default()
+        ..GateEvidence::from_totals(&totals, alive)
     };
-    // A connection still hanging after the drain deadline never completed.
-    evidence.failures[crate::bench::contract::Failure::Timeout.index()] +=
-        totals.stuck_clients as u64;
     let gate = gate::check(&evidence, &s.gate);
     let per_conn = |x: u64| (window.completed > 0).then(|| x as f64 / window.completed as f64);
     let window_s = elapsed.as_secs_f64();

@@ -7,6 +7,11 @@ pub fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
+/// A share as a whole percentage, or a dash where it was not measured.
+pub fn percent(share: Option<f64>) -> String {
+    share.map_or("-".into(), |u| format!("{:.0}%", u * 100.0))
+}
+
 pub fn fmt_ratio(v: Option<f64>) -> String {
     opt(v, 3)
 }

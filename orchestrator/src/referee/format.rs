@@ -6,7 +6,7 @@
 use crate::bench::config::Schedule;
 use crate::bench::gate;
 use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
-use crate::referee::figures::{fmt_ci, fmt_ratio, opt};
+use crate::referee::figures::{fmt_ci, fmt_ratio, opt, percent};
 use crate::referee::verdict::Verdict;
 
 /// The cgroups' CPU time against the counters' task-clock, all arms
@@ -162,10 +162,6 @@ fn arm_row(a: &ArmSummary, w: usize) -> String {
         percent(a.generator_busy),
         percent(a.allotment_used),
     )
-}
-
-fn percent(share: Option<f64>) -> String {
-    share.map_or("-".into(), |u| format!("{:.0}%", u * 100.0))
 }
 
 /// Under an arm's row: the samples it left unscored for running out of

@@ -12,7 +12,7 @@ use crate::bench::arm::Arm;
 use crate::bench::environment::Fingerprint;
 use crate::bench::samples::Samples;
 use crate::referee::compare::{ArmSummary, Comparison};
-use crate::referee::figures::{fmt_ci, fmt_ratio, opt};
+use crate::referee::figures::{fmt_ci, fmt_ratio, opt, percent};
 use crate::review::progress;
 use crate::review::svg::{self, Chart, Marker};
 use crate::session::Session;
@@ -136,8 +136,7 @@ pub fn render(r: &SweepRecord) -> String {
                 a.throughput_cps,
                 opt(a.latency_us.map(|l| l.p99), 0),
                 a.sut_busy * 100.0,
-                a.generator_busy
-                    .map_or("-".into(), |b| format!("{:.0}%", b * 100.0)),
+                percent(a.generator_busy),
                 level.limits[i],
                 fmt_ratio(cmp.and_then(|c| c.ratio_median)),
                 fmt_ci(cmp.and_then(|c| c.ratio_interval)),

@@ -25,6 +25,7 @@ use crate::bench::arm::{with_control, Arm};
 use crate::bench::probe;
 use crate::bench::samples::Samples;
 use crate::bench::screen;
+use crate::bench::trial::TrialSettings;
 use crate::record::journal::AaCheck;
 use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL, DECISION_LEVEL};
 use crate::referee::stats;
@@ -159,6 +160,39 @@ impl Loop<'_> {
         unreachable!("the last look returns")
     }
 
+    /// Before the first look: screens the arms and probes until the
+    /// generator's capacity is steady, recording the regime it found.
+    fn settle(
+        &mut self,
+        arms: &[Arm],
+        samples: &mut Samples,
+        settings: &TrialSettings,
+    ) -> Result<()> {
+        self.bar
+            .set_message("probing until the generator's capacity is steady");
+        samples.dropped = screen::screen(arms, &self.session.plan, settings)?;
+        let (record, capacities) = probe::settle(
+            arms,
+            &mut samples.dropped,
+            &self.session.plan,
+            settings,
+            SETTLE_WITHIN,
+        )?;
+        if capacities.len() > probe::SETTLED_AT_ONCE {
+            let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
+            say(
+                &self.bar,
+                format!(
+                    "the generator's capacity took {} probes to steady (conn/s: {})",
+                    capacities.len(),
+                    read.join(", ")
+                ),
+            );
+        }
+        samples.regime = Some(record);
+        Ok(())
+    }
+
     /// One A/A measurement: the gate refusal, or the spread, the samples
     /// it asks for (bounded from its ratios with `earlier` ones), and the
     /// refusal it would give.
@@ -173,28 +207,7 @@ impl Loop<'_> {
         let mut samples = Samples::new(arms.len());
         let settings = self.settings();
         if earlier.is_empty() {
-            self.bar
-                .set_message("probing until the generator's capacity is steady");
-            samples.dropped = screen::screen(&arms, &self.session.plan, &settings)?;
-            let (record, capacities) = probe::settle(
-                &arms,
-                &mut samples.dropped,
-                &self.session.plan,
-                &settings,
-                SETTLE_WITHIN,
-            )?;
-            if capacities.len() > probe::SETTLED_AT_ONCE {
-                let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
-                say(
-                    &self.bar,
-                    format!(
-                        "the generator's capacity took {} probes to steady (conn/s: {})",
-                        capacities.len(),
-                        read.join(", ")
-                    ),
-                );
-            }
-            samples.regime = Some(record);
+            self.settle(&arms, &mut samples, &settings)?;
         }
         self.measure(
             &arms,
@@ -246,25 +259,12 @@ impl Loop<'_> {
             .flatten();
         let max_samples = self.config().run.max_samples;
         let schedule = samples.schedule.unwrap_or(settings.schedule).name();
-        let with_earlier = if earlier.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; with the first look's {} samples, {:.1}% (the {} bound sizes the run)",
-                earlier.len(),
-                stats::coefficient_of_variation(&[earlier, &aa.block_ratios].concat()) * 100.0,
-                if pooled_bound {
-                    "pooled"
-                } else {
-                    "second look's own"
-                }
-            )
-        };
         let message = format!(
-            "A/A check ({schedule}, {} samples): spread (cv of sample ratios) {:.1}%{with_earlier}, at most {:.1}% with {:.1}% confidence; \
+            "A/A check ({schedule}, {} samples): spread (cv of sample ratios) {:.1}%{}, at most {:.1}% with {:.1}% confidence; \
              {:.0}% power against a {:.1}% gain needs {needed} samples per measurement",
             aa.block_ratios.len(),
             cv * 100.0,
+            with_earlier(earlier, &aa.block_ratios, pooled_bound),
             bound * 100.0,
             SPREAD_CONFIDENCE * 100.0,
             POWER * 100.0,
@@ -282,6 +282,24 @@ impl Loop<'_> {
         });
         Ok(Look::Sized(check, message, refusal))
     }
+}
+
+/// What a second look adds to the message: the spread of both looks'
+/// ratios, and which bound sizes the run.
+fn with_earlier(earlier: &[f64], ratios: &[f64], pooled_bound: bool) -> String {
+    if earlier.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; with the first look's {} samples, {:.1}% (the {} bound sizes the run)",
+        earlier.len(),
+        stats::coefficient_of_variation(&[earlier, ratios].concat()) * 100.0,
+        if pooled_bound {
+            "pooled"
+        } else {
+            "second look's own"
+        }
+    )
 }
 
 /// Why an A/A look scored fewer samples than it measured: an arm that runs

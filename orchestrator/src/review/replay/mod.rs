@@ -14,9 +14,10 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::bench::arm::Arm;
 use crate::bench::environment::{self, Fingerprint};
 use crate::bench::samples::Samples;
-use crate::record::lineage;
+use crate::record::lineage::{self, Lineage};
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};
 use crate::referee::figures::{
@@ -141,9 +142,8 @@ impl Replayer<'_> {
         self.session.config().compare.samples
     }
 
-    /// `only` narrows `decisions` to those attempts; it is checked against
-    /// the journal before anything is built.
-    pub fn replay(&self, decisions: bool, only: &[usize]) -> Result<ReplayRecord> {
+    /// `--attempts`, sorted and checked against the journal.
+    fn attempts_named(&self, only: &[usize]) -> Result<Vec<usize>> {
         let mut only = only.to_vec();
         only.sort_unstable();
         only.dedup();
@@ -160,16 +160,14 @@ impl Replayer<'_> {
                 }
             );
         }
-        let (lineage, trees) = lineage::with_trees(self.repo, self.run)?;
-        // Only the build needs the source; the binary stays in the cache.
-        let control_src = tempfile::tempdir()?;
-        let control = self
-            .session
-            .workspace
-            .run_control(&self.run.run.base_commit, control_src.path())
-            .context("building the run's control (run.control)")?;
+        Ok(only)
+    }
+
+    /// Each champion of the lineage built from its recorded tree: the start,
+    /// then `#N` for the attempt that made it.
+    fn lineage_arms(&self, lineage: &Lineage, trees: &[git2::Oid]) -> Result<Vec<Arm>> {
         let mut arms = Vec::new();
-        for (step, tree) in lineage.steps.iter().zip(&trees) {
+        for (step, tree) in lineage.steps.iter().zip(trees) {
             let label = if step.attempt == 0 {
                 "start".to_string()
             } else {
@@ -182,6 +180,22 @@ impl Replayer<'_> {
                     .with_context(|| format!("building {label} of the lineage"))?,
             );
         }
+        Ok(arms)
+    }
+
+    /// `only` narrows `decisions` to those attempts; it is checked against
+    /// the journal before anything is built.
+    pub fn replay(&self, decisions: bool, only: &[usize]) -> Result<ReplayRecord> {
+        let only = self.attempts_named(only)?;
+        let (lineage, trees) = lineage::with_trees(self.repo, self.run)?;
+        // Only the build needs the source; the binary stays in the cache.
+        let control_src = tempfile::tempdir()?;
+        let control = self
+            .session
+            .workspace
+            .run_control(&self.run.run.base_commit, control_src.path())
+            .context("building the run's control (run.control)")?;
+        let mut arms = self.lineage_arms(&lineage, &trees)?;
         arms.extend(control.clone());
         let k = lineage.steps.len() - 1;
         let c = k + 1;
