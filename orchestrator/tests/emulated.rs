@@ -179,7 +179,7 @@ fn a_guest_that_hangs_is_stopped_and_named() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("still running after 3 s (emulator.timeout_s) and was stopped"),
+        err.contains("still running after 3 s (emulator.timeout_s)") && err.contains("was stopped"),
         "{err}"
     );
     assert!(
