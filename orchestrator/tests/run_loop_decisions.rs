@@ -14,20 +14,32 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+const PLANTED: [&str; 5] = ["keep", "discard", "build_failed", "no_op", "invalid"];
+
+/// The planted playbook run once in a fresh fixture: its repository, run id
+/// and run directory, or why its verdicts did not come out as planted.
+fn planted_run() -> Result<(tempfile::TempDir, String, PathBuf), String> {
+    let repo = fixture_repo("", &planted_playbook());
+    let out = ratchet_run(repo.path(), &[], &[]);
+    assert!(out.status.success(), "{}", show(&out));
+    let (id, run_dir) = only_run(repo.path());
+    if verdicts(&run_dir) != PLANTED {
+        return Err(format!("{}\n{}", show(&out), verdict_details(&run_dir)));
+    }
+    Ok((repo, id, run_dir))
+}
+
+/// A time meter on a shared VM can fail an honest trial's gate (a stall of
+/// the host); so the planted run gets a second look, as the regime tests
+/// do. A broken keep rule fails both.
 #[test]
 fn the_playbook_loop_keeps_discards_and_records_every_verdict() {
     let _g = exclusive();
-    let repo = fixture_repo("", &planted_playbook());
+    let (repo, id, run_dir) = planted_run().unwrap_or_else(|why| {
+        eprintln!("first look failed, running again:\n{why}");
+        planted_run().unwrap_or_else(|again| panic!("failed twice:\n{again}\nfirst:\n{why}"))
+    });
     let root = repo.path();
-    let out = ratchet_run(root, &[], &[]);
-    assert!(out.status.success(), "{}", show(&out));
-    let (id, run_dir) = only_run(root);
-    assert_eq!(
-        verdicts(&run_dir),
-        ["keep", "discard", "build_failed", "no_op", "invalid"],
-        "{}",
-        show(&out)
-    );
     let run = run_json(&run_dir);
     assert_eq!(run["status"], "converged");
 

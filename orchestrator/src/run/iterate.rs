@@ -353,9 +353,18 @@ impl Loop<'_> {
         }
         let ratio = a.vs_champion.as_ref().and_then(|c| c.ratio_median);
         let ratio = ratio.map_or(String::new(), |r| format!(" ratio {}", fmt_ratio(Some(r))));
+        // Why, when the referee said: an invalid attempt with a fine ratio
+        // is otherwise a riddle until someone opens the journal.
+        let why = a
+            .detail
+            .as_ref()
+            .map_or(String::new(), |d| format!("\n     {d}"));
         say(
             &self.bar,
-            format!("#{:<3} {:<13} {}{ratio}", a.number, a.verdict, a.hypothesis),
+            format!(
+                "#{:<3} {:<13} {}{ratio}{why}",
+                a.number, a.verdict, a.hypothesis
+            ),
         );
         self.attempts.push(a);
         Ok(())
