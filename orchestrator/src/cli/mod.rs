@@ -22,6 +22,7 @@ mod recorded;
 mod replay;
 mod report;
 mod run;
+mod serve;
 mod store;
 mod sweep;
 
@@ -55,6 +56,8 @@ enum Command {
     Log(log::LogArgs),
     /// One self-contained HTML report of a run, with SVG charts.
     Report(report::ReportArgs),
+    /// A read-only web server for the runs in results/; a run's page follows it live.
+    Serve(serve::ServeArgs),
     /// Re-measure a recorded run's lineage on this machine, side by side.
     Replay(replay::ReplayArgs),
     /// Revert each kept change from the final champion and measure what it contributes.
@@ -78,6 +81,7 @@ pub fn dispatch(cli: &Cli) -> Result<()> {
         Command::Doctor => doctor::run(cli),
         Command::Log(args) => log::run(cli, args),
         Command::Report(args) => report::run(cli, args),
+        Command::Serve(args) => serve::run(cli, args),
         Command::Replay(args) => replay::run(cli, args),
         Command::Ablate(args) => ablate::run(cli, args),
         Command::Sweep(args) => sweep::run(cli, args),

@@ -1,5 +1,6 @@
 //! Review: the commands that read a recorded run back (`log`, `report`) or
-//! measure it again (`replay`, `ablate`), and `sweep`.
+//! measure it again (`replay`, `ablate`), serve it to a browser (`serve`),
+//! and `sweep`.
 
 pub mod ablate;
 pub mod charts;
@@ -8,6 +9,7 @@ pub mod log;
 pub mod progress;
 pub mod replay;
 pub mod report;
+pub mod serve;
 pub mod svg;
 pub mod sweep;
 pub mod tree;

@@ -140,7 +140,7 @@ fn facts(run: &RecordedRun) -> String {
 
 /// The load as the run's meter applied it: an emulated trial counts
 /// connections, and its timed settings were never used.
-fn load(c: &Config, meter_source: &str) -> String {
+pub fn load(c: &Config, meter_source: &str) -> String {
     let e = &c.emulator;
     if meter_source != "emulated" {
         return format!(

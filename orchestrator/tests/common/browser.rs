@@ -13,7 +13,7 @@ pub fn pixels_of(data: &[u8], channels: usize, rgb: [u8; 3]) -> usize {
 
 /// The first Chromium on the PATH; scripts/setup.sh --with-chromium installs
 /// one, and a test that cannot check its report fails rather than skips.
-fn chromium() -> String {
+pub fn chromium() -> String {
     for name in ["chromium", "chromium-browser", "google-chrome"] {
         if Command::new(name)
             .arg("--version")

@@ -6,6 +6,7 @@
 
 pub mod browser;
 pub mod cli;
+pub mod devtools;
 pub mod referee;
 pub mod run_loop;
 
