@@ -325,10 +325,6 @@ pub fn settle(
     s: &TrialSettings,
     within: Duration,
 ) -> Result<(RegimeRecord, Vec<f64>)> {
-    if let Some(e) = &plan.emulator {
-        // Guests ration by their own rule, and emulated capacity is steady.
-        return Ok((crate::bench::emulated::measure::regime(e, s), Vec::new()));
-    }
     let start = Instant::now();
     let mut readings: Vec<(Duration, f64, bool)> = Vec::new();
     loop {

@@ -1,4 +1,4 @@
-//! The schedule: which arm runs when. A measurement is a series of samples
+//! The blocks schedule: which arm runs when. A measurement is a series of samples
 //! in which every arm is measured once; the referee compares arms only
 //! within a sample, so slow drift of the machine lands on every arm alike.
 
@@ -8,14 +8,10 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::bench::arm::Arm;
-use crate::bench::config::Schedule;
-use crate::bench::duet;
 use crate::bench::launch::ServerCommand;
 use crate::bench::meter::MeterPlan;
-use crate::bench::probe;
 use crate::bench::samples::{verify, Samples, Step};
-use crate::bench::screen;
-use crate::bench::trial::{run_trial, Measurement, TrialSettings};
+use crate::bench::trial::{Measurement, TrialSettings};
 
 /// The order of `arms` arms in block `b`. Every block's order is uniformly
 /// random, and each run of `arms` consecutive blocks uses the rotations of one
@@ -38,52 +34,6 @@ pub fn block_order(arms: usize, b: usize, seed: u64) -> Vec<usize> {
 pub type Trial<'a> = &'a dyn Fn(&ServerCommand, &MeterPlan, &TrialSettings) -> Result<Measurement>;
 
 impl Samples {
-    /// Measures `samples` more samples of every arm under the schedule of
-    /// `settings`: windows of a duet, or blocks of sequential trials.
-    pub fn measure(
-        &mut self,
-        arms: &[Arm],
-        samples: usize,
-        seed: u64,
-        plan: &MeterPlan,
-        settings: &TrialSettings,
-        on_step: &mut dyn FnMut(Step<'_>),
-    ) -> Result<()> {
-        if let Some(e) = &plan.emulator {
-            return crate::bench::emulated::measure::measure(
-                self, arms, samples, seed, e, settings, on_step,
-            );
-        }
-        self.schedule = Some(settings.schedule);
-        self.drift = (plan.drift > 0.0).then_some(plan.drift);
-        if self.dropped.is_empty() {
-            self.dropped = screen::screen(arms, plan, settings)?;
-        }
-        if self.regime.is_none() {
-            self.regime = Some(probe::regime(arms, &mut self.dropped, plan, settings)?);
-        }
-        let settings = &self.regime_settings(settings);
-        match settings.schedule {
-            Schedule::Duet => duet::run_windows(self, arms, samples, seed, plan, settings, on_step),
-            Schedule::Blocks => {
-                self.run_blocks(arms, samples, seed, plan, settings, &run_trial, on_step)
-            }
-        }
-    }
-
-    /// `settings` in this measurement's regime: rationed servers, and a
-    /// duet that loads every arm at once. Slices would not do: a rationed
-    /// arm that loses the load still holds its backlog, and drains it in the
-    /// next arm's slice.
-    fn regime_settings(&self, settings: &TrialSettings) -> TrialSettings {
-        let mut s = settings.clone();
-        s.ration = self.regime.as_ref().and_then(|r| r.allotment);
-        if s.ration.is_some() {
-            s.duet.shared = true;
-        }
-        s
-    }
-
     /// Runs `blocks` more blocks, in the order [`block_order`] gives, each
     /// arm's sample taken by `trial`.
     #[allow(clippy::too_many_arguments)]

@@ -8,6 +8,8 @@ pub mod figures;
 pub mod format;
 pub mod judge;
 pub mod keep;
+#[cfg(test)]
+mod planted_tests;
 pub mod posterior;
 pub mod stats;
 pub mod verdict;

@@ -5,6 +5,7 @@ use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::arm::Arm;
+use crate::bench::measuring;
 use crate::bench::samples::Samples;
 use crate::bench::trial::TrialSettings;
 use crate::referee::compare::ratio_so_far;
@@ -31,12 +32,11 @@ pub fn measure(
     label: &str,
 ) -> Result<()> {
     let bar = bar(sample_count * arms.len());
-    let result = samples.measure(
+    let result = measuring::of(&session.plan, settings).measure(
+        samples,
         arms,
         sample_count,
         seed,
-        &session.plan,
-        settings,
         &mut |s| {
             bar.set_position(s.done as u64);
             let ratio = ratio_so_far(s.so_far)

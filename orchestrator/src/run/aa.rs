@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use super::{say, Loop};
 use crate::bench::arm::{with_control, Arm};
+use crate::bench::measuring;
 use crate::bench::probe;
 use crate::bench::samples::Samples;
-use crate::bench::screen;
 use crate::bench::trial::TrialSettings;
 use crate::record::journal::AaCheck;
 use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL, DECISION_LEVEL};
@@ -170,14 +170,8 @@ impl Loop<'_> {
     ) -> Result<()> {
         self.bar
             .set_message("probing until the generator's capacity is steady");
-        samples.dropped = screen::screen(arms, &self.session.plan, settings)?;
-        let (record, capacities) = probe::settle(
-            arms,
-            &mut samples.dropped,
-            &self.session.plan,
-            settings,
-            SETTLE_WITHIN,
-        )?;
+        let capacities =
+            measuring::of(&self.session.plan, settings).settle(samples, arms, SETTLE_WITHIN)?;
         if capacities.len() > probe::SETTLED_AT_ONCE {
             let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
             say(
@@ -189,7 +183,6 @@ impl Loop<'_> {
                 ),
             );
         }
-        samples.regime = Some(record);
         Ok(())
     }
 

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use crate::agent::Agent;
 use crate::bench::arm::{with_control, Arm};
 use crate::bench::meaning::{self, Setting};
+use crate::bench::measuring;
 use crate::bench::profiling;
 use crate::bench::samples::Samples;
 use crate::bench::trial::TrialSettings;
@@ -174,12 +175,11 @@ impl Loop<'_> {
         let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
         let standing = self.standing();
-        samples.measure(
+        measuring::of(&self.session.plan, settings).measure(
+            samples,
             arms,
             sample_count,
             seed,
-            &self.session.plan,
-            settings,
             &mut |s| {
                 bar.set_message(format!(
                     "{label}: block {}/{} {} | candidate/champion so far {} | {standing}",

@@ -27,6 +27,7 @@ use crate::bench::config::Schedule;
 use crate::bench::emulated::batch::BatchSettings;
 use crate::bench::emulated::live::LiveSettings;
 use crate::bench::emulated::WorkloadRegime;
+use crate::bench::measuring::MeasuringHost;
 use crate::bench::ration::{LiveLoad, Regime, RegimeRecord};
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::trial::TrialSettings;
@@ -142,8 +143,42 @@ fn open_files() -> u64 {
     l.rlim_cur.min(1 << 20)
 }
 
+/// Guests in an emulator as a measuring host.
+pub struct Emulated<'a> {
+    pub emulator: &'a Emulator,
+    pub settings: &'a TrialSettings,
+}
+
+impl MeasuringHost for Emulated<'_> {
+    /// Guests ration by their own rule, emulated capacity is steady and
+    /// each guest gates its own arms: nothing to screen or wait for.
+    fn settle(&self, samples: &mut Samples, _: &[Arm], _: Duration) -> Result<Vec<f64>> {
+        samples.regime = Some(regime(self.emulator, self.settings));
+        Ok(Vec::new())
+    }
+
+    fn measure(
+        &self,
+        samples: &mut Samples,
+        arms: &[Arm],
+        count: usize,
+        seed: u64,
+        on_step: &mut dyn FnMut(Step<'_>),
+    ) -> Result<()> {
+        measure(
+            samples,
+            arms,
+            count,
+            seed,
+            self.emulator,
+            self.settings,
+            on_step,
+        )
+    }
+}
+
 /// Measures `n` more samples of every arm in emulated guests.
-pub fn measure(
+pub(super) fn measure(
     samples: &mut Samples,
     arms: &[Arm],
     n: usize,
