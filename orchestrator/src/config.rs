@@ -10,15 +10,15 @@ use std::path::{Path, PathBuf};
 use crate::agent::config::AgentsConfig;
 use crate::agent::search::SearchConfig;
 use crate::agent::PlaybookSettings;
-use crate::bench::arm::ArmSpec;
 use crate::bench::config::{
     BuildConfig, ContractConfig, DuetConfig, GateConfig, LoadConfig, TrialConfig, TrialSections,
 };
 use crate::bench::emulated::EmulatorConfig;
-use crate::bench::meter::MeterConfig;
-use crate::bench::ration::SaturationConfig;
-use crate::bench::target::TargetConfig;
-use crate::bench::trial::TrialSettings;
+use crate::bench::host::ration::SaturationConfig;
+use crate::bench::host::trial::TrialSettings;
+use crate::bench::meters::meter::MeterConfig;
+use crate::bench::servers::arm::ArmSpec;
+use crate::bench::servers::target::TargetConfig;
 use crate::check::range;
 use crate::glob::Globs;
 use crate::referee::config::CompareConfig;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::bench::environment;
-use crate::bench::meter::MeterPlan;
+use crate::bench::meters::meter::MeterPlan;
 use crate::config::Config;
 
 pub struct Check {
@@ -172,9 +172,9 @@ fn uring_features() -> Vec<Check> {
     }
 }
 
-/// Whether servers can be measured busy here (see [`crate::bench::ration`]).
-fn regime(config: &Config, containment: &crate::bench::cgroup::Containment) -> Check {
-    use crate::bench::ration::Regime;
+/// Whether servers can be measured busy here (see [`crate::bench::host::ration`]).
+fn regime(config: &Config, containment: &crate::bench::servers::cgroup::Containment) -> Check {
+    use crate::bench::host::ration::Regime;
     match (config.saturation.regime, containment.cannot_ration()) {
         (Regime::Idle, _) => check(
             false,
@@ -202,14 +202,14 @@ fn regime(config: &Config, containment: &crate::bench::cgroup::Containment) -> C
 /// io_uring.
 fn build_program(config: &Config) -> Check {
     let program = &config.target.build[0];
-    if !crate::bench::build::on_path(program) {
+    if !crate::bench::servers::build::on_path(program) {
         return check(
             false,
             "target build",
             format!("target.build: `{program}` not found on PATH"),
         );
     }
-    if let Err(e) = crate::bench::build::reachable(program) {
+    if let Err(e) = crate::bench::servers::build::reachable(program) {
         return check(false, "target build", format!("target.build: {e:#}"));
     }
     let passed = if config.target.build_env.is_empty() {
@@ -264,7 +264,7 @@ fn core_checks(config: &Config, cores: usize, sut: usize) -> Vec<Check> {
     checks.extend(meter_checks(config, sut, cores));
     checks.push(emulated_meter(config));
     checks.push(emulated_attribution(config));
-    let containment = crate::bench::cgroup::containment();
+    let containment = crate::bench::servers::cgroup::containment();
     checks.push(containment_check(containment));
     checks.push(regime(config, containment));
     checks.push(governor_check(sut));
@@ -279,7 +279,7 @@ fn meter_checks(config: &Config, sut: usize, cores: usize) -> Vec<Check> {
     };
     vec![
         check(
-            plan.event == crate::bench::meter::MeterEvent::Instructions,
+            plan.event == crate::bench::meters::meter::MeterEvent::Instructions,
             "meter",
             format!(
                 "{} ({}); unit {}",
@@ -300,7 +300,7 @@ fn meter_checks(config: &Config, sut: usize, cores: usize) -> Vec<Check> {
     ]
 }
 
-fn containment_check(containment: &crate::bench::cgroup::Containment) -> Check {
+fn containment_check(containment: &crate::bench::servers::cgroup::Containment) -> Check {
     check(
         containment.warning().is_none(),
         "containment",
@@ -352,7 +352,7 @@ fn isolation_check(sut: usize) -> Check {
 fn host_checks() -> Vec<Check> {
     let paranoid = read("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
     let root = unsafe { libc::geteuid() } == 0;
-    let privilege = crate::bench::privilege::privilege();
+    let privilege = crate::bench::servers::privilege::privilege();
     let irqbalance = Command::new("pgrep").arg("-x").arg("irqbalance").output();
     let irq_running = irqbalance.is_ok_and(|o| o.status.success());
     let tw = read("/proc/sys/net/ipv4/tcp_max_tw_buckets").unwrap_or_default();

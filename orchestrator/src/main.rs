@@ -26,7 +26,7 @@ mod session;
 use clap::Parser;
 
 fn main() {
-    bench::secrets::protect_self();
+    bench::servers::secrets::protect_self();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RATCHET_LOG")

@@ -21,7 +21,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `bench/trial.rs` -> `bench::trial`; `run/mod.rs` -> `run`.
+/// `bench/host/trial.rs` -> `bench::host::trial`; `run/mod.rs` -> `run`.
 fn module_of(path: &Path) -> String {
     let rel = path.strip_prefix(src()).unwrap().with_extension("");
     let parts: Vec<String> = rel

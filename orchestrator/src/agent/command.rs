@@ -13,8 +13,8 @@ use super::{prompt, reply, Agent, AgentFailure, ProposalContext, Proposed, Usage
 use crate::agent::budget::{Budget, Tokens};
 use crate::agent::config::CommandAgentConfig;
 use crate::agent::scratch;
-use crate::bench::build::run_bounded;
-use crate::bench::privilege;
+use crate::bench::servers::build::run_bounded;
+use crate::bench::servers::privilege;
 use std::os::unix::fs::PermissionsExt;
 
 pub struct CommandAgent {

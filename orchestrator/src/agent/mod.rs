@@ -17,7 +17,7 @@ pub mod search;
 pub mod structured;
 
 use crate::bench::config::ContractConfig;
-use crate::bench::target::TargetConfig;
+use crate::bench::servers::target::TargetConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -165,7 +165,7 @@ pub struct ProposalContext {
     pub target: TargetConfig,
     pub allowed_paths: Vec<String>,
     /// How the treatment is built, read from its Makefile
-    /// ([`crate::bench::build::described`]).
+    /// ([`crate::bench::servers::build::described`]).
     pub build: String,
     pub worktree: PathBuf,
 }
@@ -342,7 +342,7 @@ pub fn api_agent(name: &str, agents: &AgentsConfig) -> Result<llm::LlmAgent> {
 /// Whatever the configuration names as a key is redacted from every log
 /// ratchet keeps, whatever the variable is called.
 fn register_secrets(agents: &AgentsConfig) {
-    crate::bench::secrets::register(
+    crate::bench::servers::secrets::register(
         [&agents.openai, &agents.anthropic, &agents.local]
             .iter()
             .filter_map(|a| a.api_key_env.clone())

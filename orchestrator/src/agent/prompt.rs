@@ -16,7 +16,7 @@
 use super::budget::{self, Budget, Keep, Optional, Overflow};
 use super::{Origin, ProposalContext};
 use crate::bench::config::ContractConfig;
-use crate::bench::contract::Closer;
+use crate::bench::load::contract::Closer;
 
 /// Display order of the optional parts.
 const LESSONS: usize = 0;
@@ -269,7 +269,7 @@ mod tests {
     fn the_prompt_speaks_of_the_target_and_its_contract() {
         let files = BTreeMap::from([("kv/src/main.cpp".to_string(), "int main() {}\n".into())]);
         let mut ctx = ProposalContext::for_tests(files, std::path::Path::new(""));
-        ctx.target = crate::bench::target::TargetConfig {
+        ctx.target = crate::bench::servers::target::TargetConfig {
             language: "C++".into(),
             description: "An epoll keep-alive server.".into(),
             io_uring: false,
@@ -278,8 +278,10 @@ mod tests {
         ctx.contract.requests_per_connection = 8;
         ctx.contract.closes = Closer::Client;
         ctx.contract.response = "HTTP/1.1 200 OK\r\nDate: {date}\r\n\r\nok".into();
-        ctx.contract.fields =
-            BTreeMap::from([("date".to_string(), crate::bench::contract::Shape::HttpDate)]);
+        ctx.contract.fields = BTreeMap::from([(
+            "date".to_string(),
+            crate::bench::load::contract::Shape::HttpDate,
+        )]);
         let p = build(&ctx, "FORMAT", None).unwrap();
         assert!(
             p.contains("of a C++ server (the treatment). An epoll keep-alive server."),

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{Agent, AgentFailure, ProposalContext, Proposed, Round, Usage};
-use crate::bench::build::build_overlaid;
-use crate::bench::target::TargetConfig;
+use crate::bench::servers::build::build_overlaid;
+use crate::bench::servers::target::TargetConfig;
 
 /// One proposal and how far it got.
 #[derive(Debug, Serialize)]

@@ -1,5 +1,5 @@
 //! The copy of a worktree a command agent edits. The agent runs as the
-//! unprivileged user (see [`crate::bench::privilege`]), which cannot write
+//! unprivileged user (see [`crate::bench::servers::privilege`]), which cannot write
 //! the root-owned worktree, so it works on a copy of it without `.git` and
 //! its changes are carried back file by file. It can therefore never touch
 //! the repository's git directory, and whatever it changed outside the
@@ -8,7 +8,7 @@
 use anyhow::{Context, Result};
 use std::path::Path;
 
-use crate::bench::privilege::{self, Identity};
+use crate::bench::servers::privilege::{self, Identity};
 
 /// What a copy leaves out: the repository itself.
 fn skipped(name: &std::ffi::OsStr) -> bool {

@@ -8,8 +8,8 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::bench::contract::{Closer, Contract, Shape, Template};
-use crate::bench::ration::SaturationConfig;
+use crate::bench::host::ration::SaturationConfig;
+use crate::bench::load::contract::{Closer, Contract, Shape, Template};
 use crate::check::range;
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -133,7 +133,7 @@ pub struct GateConfig {
     pub min_completed: u64,
     /// Before a keep and in `check`: connections one server process serves
     /// on the host, its memory and descriptors read for growth
-    /// (`bench/endurance.rs`); 0: off.
+    /// (`bench/load/endurance.rs`); 0: off.
     pub endurance_connections: u64,
     /// ...within this long, or it has served too few.
     pub endurance_seconds: u64,
@@ -255,7 +255,7 @@ pub struct TrialSections {
 #[serde(rename_all = "kebab-case")]
 pub enum Schedule {
     /// Every arm a live server in the same windows, the load moved between
-    /// them in short slices ([`crate::bench::duet`]).
+    /// them in short slices ([`crate::bench::host::duet`]).
     #[default]
     Duet,
     /// One fresh server at a time: blocks of sequential trials.

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::process::Command;
 
-use crate::bench::meter::MeterPlan;
+use crate::bench::meters::meter::MeterPlan;
 
 /// The format of the records ratchet writes (a run's `run.json`, a
 /// `compare --json` document), raised when a reader of an older one would
@@ -37,12 +37,12 @@ pub struct Fingerprint {
     pub gcc: String,
     pub go: String,
     pub governor: String,
-    /// How servers were contained (see [`crate::bench::cgroup`]); a
+    /// How servers were contained (see [`crate::bench::servers::cgroup`]); a
     /// `warning:` prefix when a server could escape its trial.
     #[serde(default)]
     pub containment: String,
     /// Who servers, builds and command agents ran as (see
-    /// [`crate::bench::privilege`]); a `warning:` prefix when they could
+    /// [`crate::bench::servers::privilege`]); a `warning:` prefix when they could
     /// reach ratchet itself. Empty in records older than the drop.
     #[serde(default)]
     pub privilege: String,
@@ -116,13 +116,13 @@ pub fn fingerprint(
         go: first_line("go", &["version"]),
         governor: governor(plan.sut_core),
         containment: {
-            let c = crate::bench::cgroup::containment();
+            let c = crate::bench::servers::cgroup::containment();
             c.warning().map_or(c.description.clone(), |w| {
                 format!("warning: containment: {w}")
             })
         },
         privilege: {
-            let p = crate::bench::privilege::privilege();
+            let p = crate::bench::servers::privilege::privilege();
             match p.identity() {
                 Some(_) => p.describe(),
                 None => format!("warning: {}", p.describe()),

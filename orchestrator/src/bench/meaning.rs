@@ -6,7 +6,7 @@
 use anyhow::{bail, Result};
 
 use crate::bench::emulated::WorkloadRegime;
-use crate::bench::meter::MeterPlan;
+use crate::bench::meters::meter::MeterPlan;
 
 /// A measurement setting given on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub fn refuse_ignored(plan: &MeterPlan, given: &[(&str, Setting)]) -> Result<()>
 mod tests {
     use super::*;
     use crate::bench::emulated::{Emulator, EmulatorConfig};
-    use crate::bench::meter::{MeterEvent, MeterSource};
+    use crate::bench::meters::meter::{MeterEvent, MeterSource};
     use std::sync::Arc;
 
     fn plan(emulated: Option<WorkloadRegime>) -> MeterPlan {

@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::gate::GateResult;
-use crate::bench::meter::MeterReading;
-use crate::bench::{mappings, procfs};
+use crate::bench::load::gate::GateResult;
+use crate::bench::meters::meter::MeterReading;
+use crate::bench::servers::{mappings, procfs};
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Latency {
@@ -69,7 +69,7 @@ pub struct Measurement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saturated: Option<bool>,
     /// Inside the emulated guest: the sequence numbers of the markers that
-    /// opened and closed each measured window (see [`crate::bench::marker`]).
+    /// opened and closed each measured window (see [`crate::bench::meters::marker`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<[u64; 2]>,
     /// In an emulated measurement: the window's instructions by where they
@@ -90,7 +90,7 @@ pub struct Measurement {
     pub profile_window: Option<ProfileWindow>,
     /// That window's profile by function, named on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<crate::bench::profile::Profile>,
+    pub profile: Option<crate::bench::meters::profile::Profile>,
     /// In the emulated meter's batches: how often the server's CPU time
     /// had stood still while one of its threads was runnable, preempted on
     /// its own vCPU, so that its window did not close yet.

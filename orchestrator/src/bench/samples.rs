@@ -5,11 +5,11 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::arm::Arm;
 use crate::bench::config::Schedule;
-use crate::bench::ration::RegimeRecord;
-use crate::bench::screen::Dropped;
-use crate::bench::trial::Measurement;
+use crate::bench::host::ration::RegimeRecord;
+use crate::bench::host::screen::Dropped;
+use crate::bench::host::trial::Measurement;
+use crate::bench::servers::arm::Arm;
 
 /// Every trial of every arm so far: `trials[arm][block]`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -63,7 +63,8 @@ impl std::error::Error for Tampered {}
 /// Fails with [`Tampered`] if `arm`'s binary is not the one that was built.
 pub fn verify(arm: &Arm) -> Result<()> {
     if let Some(expected) = &arm.binary_hash {
-        let actual = crate::bench::build::hash_file(&arm.command.program).unwrap_or_default();
+        let actual =
+            crate::bench::servers::build::hash_file(&arm.command.program).unwrap_or_default();
         if &actual != expected {
             return Err(
                 Tampered(format!("{} ({})", arm.label, arm.command.program.display())).into(),

@@ -4,8 +4,8 @@
 
 use anyhow::Result;
 
-use crate::bench::arm::{Arm, ArmSpec};
 use crate::bench::environment;
+use crate::bench::servers::arm::{Arm, ArmSpec};
 use crate::record::{lineage, recorded};
 use crate::session::Session;
 

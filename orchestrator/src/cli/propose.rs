@@ -10,7 +10,7 @@ use super::Cli;
 use crate::agent::config::ReplyFormat;
 use crate::agent::sample::{self, Sample};
 use crate::agent::{api_agent, make_agent, ProposalContext};
-use crate::bench::build;
+use crate::bench::servers::build;
 use crate::config::Config;
 use crate::files::write_atomic;
 use crate::record::knowledge;
@@ -169,7 +169,7 @@ fn context(
         contract: config.contract.clone(),
         target: config.target.clone(),
         allowed_paths: config.run.allowed_paths.clone(),
-        build: crate::bench::build::described(treatment, &config.target),
+        build: crate::bench::servers::build::described(treatment, &config.target),
         worktree: root.to_path_buf(),
     })
 }

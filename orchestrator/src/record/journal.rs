@@ -12,9 +12,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::agent::{Origin, Round, Usage};
-use crate::bench::endurance::Endurance;
 use crate::bench::environment::Fingerprint;
-use crate::bench::meter::MeterEvent;
+use crate::bench::load::endurance::Endurance;
+use crate::bench::meters::meter::MeterEvent;
 use crate::bench::samples::Samples;
 use crate::config::Config;
 use crate::files::{read_json, write_atomic};

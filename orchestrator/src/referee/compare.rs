@@ -5,14 +5,14 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bench::config::Schedule;
-use crate::bench::endurance::Endurance;
 use crate::bench::environment::Fingerprint;
-use crate::bench::gate::{self, GateResult};
-use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
-use crate::bench::ration::RegimeRecord;
+use crate::bench::host::ration::RegimeRecord;
+use crate::bench::host::screen::Dropped;
+use crate::bench::host::trial::{Latency, Measurement};
+use crate::bench::load::endurance::Endurance;
+use crate::bench::load::gate::{self, GateResult};
+use crate::bench::meters::meter::{MeterEvent, MeterPlan, MeterSource};
 use crate::bench::samples::Samples;
-use crate::bench::screen::Dropped;
-use crate::bench::trial::{Latency, Measurement};
 use crate::referee::stats;
 use crate::referee::verdict::{self, Verdict};
 
@@ -206,7 +206,7 @@ pub struct ArmSummary {
     #[serde(default)]
     pub unsaturated_samples: usize,
     /// One process serving many connections, where it was run (`check`,
-    /// and a candidate about to be kept): see `bench/endurance.rs`.
+    /// and a candidate about to be kept): see `bench/load/endurance.rs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endurance: Option<Endurance>,
 }
@@ -342,7 +342,7 @@ pub fn report(
 mod tests {
     use super::*;
     use crate::bench::config::GateConfig;
-    use crate::bench::gate::GateEvidence;
+    use crate::bench::load::gate::GateEvidence;
 
     fn trial(cost: Option<f64>) -> Measurement {
         Measurement {
@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn a_dropped_arm_fails_with_the_verdict_that_dropped_it_counted_once() {
-        use crate::bench::screen::{Dropped, Stage};
+        use crate::bench::host::screen::{Dropped, Stage};
         let mut s = samples(&[Some(1.0); 6], &[None; 6]);
         let mut reasons = std::collections::BTreeMap::new();
         reasons.insert(gate::GateReason::WrongBytes, 3);

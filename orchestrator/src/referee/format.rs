@@ -4,7 +4,7 @@
 //! itself.
 
 use crate::bench::config::Schedule;
-use crate::bench::gate;
+use crate::bench::load::gate;
 use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
 use crate::referee::figures::{fmt_ci, fmt_ratio, opt, percent};
 use crate::referee::verdict::Verdict;
@@ -185,7 +185,7 @@ fn arm_notes(a: &ArmSummary, samples: usize, w: usize) -> String {
             a.gate.completed,
             a.gate.failures,
             a.gate.failure_rate,
-            crate::bench::gate::fmt_reasons(&a.gate.reasons)
+            crate::bench::load::gate::fmt_reasons(&a.gate.reasons)
         );
         for d in a.gate.detail.iter().take(3) {
             out += &format!("{:<w$} {}\n", "", d.lines().next().unwrap_or(""));
@@ -285,10 +285,10 @@ fn generator_limit(r: &CompareReport) -> String {
 mod tests {
     use super::*;
     use crate::bench::environment::Fingerprint;
-    use crate::bench::gate::GateResult;
-    use crate::bench::meter::{MeterEvent, MeterReading};
-    use crate::bench::ration::{Allotment, RegimeRecord};
-    use crate::bench::trial::{Latency, Measurement};
+    use crate::bench::host::ration::{Allotment, RegimeRecord};
+    use crate::bench::host::trial::{Latency, Measurement};
+    use crate::bench::load::gate::GateResult;
+    use crate::bench::meters::meter::{MeterEvent, MeterReading};
     use crate::referee::compare::{CostSummary, MeterInfo};
 
     fn arm(name: &str, cost: f64, gate: GateResult) -> ArmSummary {
@@ -364,7 +364,7 @@ mod tests {
         };
         failed
             .reasons
-            .insert(crate::bench::gate::GateReason::Reset, 20);
+            .insert(crate::bench::load::gate::GateReason::Reset, 20);
         failed.detail = ["one\nsecond line", "two", "three", "four"]
             .map(String::from)
             .into();

@@ -9,14 +9,14 @@
 use anyhow::Result;
 use std::time::{Duration, Instant};
 
-use crate::bench::arm::{with_control, Arm};
-use crate::bench::build::BuildFailure;
 use crate::bench::config::Schedule;
-use crate::bench::endurance::{self, Endurance};
-use crate::bench::gate;
-use crate::bench::meter::MeterPlan;
+use crate::bench::host::trial::{self, TrialSettings};
+use crate::bench::load::endurance::{self, Endurance};
+use crate::bench::load::gate;
+use crate::bench::meters::meter::MeterPlan;
 use crate::bench::samples::{Samples, Tampered};
-use crate::bench::trial::{self, TrialSettings};
+use crate::bench::servers::arm::{with_control, Arm};
+use crate::bench::servers::build::BuildFailure;
 use crate::referee::compare::Comparison;
 use crate::referee::keep::{self, Step};
 use crate::referee::stats;
@@ -206,7 +206,7 @@ pub fn judge(
 }
 
 /// Serves the candidate about to be kept many connections in one process
-/// (`bench/endurance.rs`); a leak or a crash there makes it invalid. Only
+/// (`bench/load/endurance.rs`); a leak or a crash there makes it invalid. Only
 /// keeps pay for it: a discard leaves nothing behind to leak.
 fn endure(j: &mut Judgement, plan: &MeterPlan, settings: &TrialSettings) -> Result<()> {
     let Some(candidate) = j.candidate.as_ref() else {
@@ -364,9 +364,9 @@ fn measure_and_decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::gate::GateResult;
-    use crate::bench::launch::ServerCommand;
-    use crate::bench::trial::Measurement;
+    use crate::bench::host::trial::Measurement;
+    use crate::bench::load::gate::GateResult;
+    use crate::bench::servers::launch::ServerCommand;
 
     /// Confirmation blocks as scripted: each call to `measure` appends the
     /// next batch of (champion, candidate) costs.

@@ -8,8 +8,8 @@
 //! whose whole interval lies below 1 is `promising`: a real, sub-threshold
 //! saving that the search may stack with others or retry later.
 
+use crate::bench::host::trial::Measurement;
 use crate::bench::samples::Samples;
-use crate::bench::trial::Measurement;
 use crate::referee::compare::Comparison;
 use crate::referee::verdict::{AttemptVerdict, Verdict};
 

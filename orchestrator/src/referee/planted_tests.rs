@@ -2,11 +2,11 @@
 //! ([`Planted`]): side-by-side samples with a drift that every arm of a
 //! sample shares, as a real machine's, and noise of each trial's own.
 
-use crate::bench::arm::Arm;
-use crate::bench::launch::ServerCommand;
 use crate::bench::measuring::planted::Planted;
 use crate::bench::measuring::MeasuringHost;
 use crate::bench::samples::Samples;
+use crate::bench::servers::arm::Arm;
+use crate::bench::servers::launch::ServerCommand;
 use crate::referee::judge::{CANDIDATE, CHAMPION, DECISION_LEVEL};
 use crate::referee::keep::{decide, Step};
 use crate::referee::verdict::AttemptVerdict;

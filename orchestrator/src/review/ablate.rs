@@ -251,13 +251,13 @@ impl Ablation<'_> {
 /// The arms an ablation measures: the champion first, then one per removal
 /// set that could be built, with each set's arm index.
 struct Built {
-    arms: Vec<crate::bench::arm::Arm>,
+    arms: Vec<crate::bench::servers::arm::Arm>,
     index: Vec<(Vec<usize>, usize)>,
     contributions: Vec<Contribution>,
 }
 
 impl Built {
-    fn push(&mut self, set: Vec<usize>, arm: crate::bench::arm::Arm) {
+    fn push(&mut self, set: Vec<usize>, arm: crate::bench::servers::arm::Arm) {
         self.index.push((set, self.arms.len()));
         self.arms.push(arm);
     }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::profile::Profile;
+use crate::bench::meters::profile::Profile;
 use crate::record::lineage::Lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::verdict::AttemptVerdict;

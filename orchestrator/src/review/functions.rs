@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::svg::escape;
-use crate::bench::profile::Profile;
+use crate::bench::meters::profile::Profile;
 
 /// Rows: the hottest of either profile.
 const ROWS: usize = 20;

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::bench::emulated::WorkloadRegime;
-use crate::bench::profile::Profile;
+use crate::bench::meters::profile::Profile;
 use crate::config::Config;
 use crate::record::lineage::{Lineage, Source};
 use crate::record::recorded::RecordedRun;

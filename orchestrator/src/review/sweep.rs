@@ -8,9 +8,9 @@
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::arm::Arm;
 use crate::bench::environment::Fingerprint;
 use crate::bench::samples::Samples;
+use crate::bench::servers::arm::Arm;
 use crate::referee::compare::{ArmSummary, Comparison};
 use crate::referee::figures::{fmt_ci, fmt_ratio, opt, percent};
 use crate::review::progress;

@@ -21,11 +21,11 @@ use anyhow::Result;
 use std::time::Duration;
 
 use super::{say, Loop};
-use crate::bench::arm::{with_control, Arm};
+use crate::bench::host::probe;
+use crate::bench::host::trial::TrialSettings;
 use crate::bench::measuring;
-use crate::bench::probe;
 use crate::bench::samples::Samples;
-use crate::bench::trial::TrialSettings;
+use crate::bench::servers::arm::{with_control, Arm};
 use crate::record::journal::AaCheck;
 use crate::referee::judge::{CANDIDATE, CHAMPION, CONTROL, DECISION_LEVEL};
 use crate::referee::stats;
@@ -170,8 +170,11 @@ impl Loop<'_> {
     ) -> Result<()> {
         self.bar
             .set_message("probing until the generator's capacity is steady");
-        let capacities =
-            measuring::of(&self.session.plan, settings).settle(samples, arms, SETTLE_WITHIN)?;
+        let capacities = measuring::choice::host_for(&self.session.plan, settings).settle(
+            samples,
+            arms,
+            SETTLE_WITHIN,
+        )?;
         if capacities.len() > probe::SETTLED_AT_ONCE {
             let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
             say(

@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::moves::Refusal;
 use super::{say, scope, Loop};
 use crate::agent::{Origin, Proposed};
-use crate::bench::meter::MeterEvent;
+use crate::bench::meters::meter::MeterEvent;
 use crate::clock::now_utc;
 use crate::record::journal::{AttemptRecord, Durations};
 use crate::record::trailers;

@@ -27,12 +27,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::agent::Agent;
-use crate::bench::arm::{with_control, Arm};
+use crate::bench::host::trial::TrialSettings;
 use crate::bench::meaning::{self, Setting};
 use crate::bench::measuring;
-use crate::bench::profiling;
+use crate::bench::meters::profiling;
 use crate::bench::samples::Samples;
-use crate::bench::trial::TrialSettings;
+use crate::bench::servers::arm::{with_control, Arm};
 use crate::config::Config;
 use crate::interrupt;
 use crate::record::gitops::{short, RunRepo};
@@ -175,7 +175,7 @@ impl Loop<'_> {
         let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
         let standing = self.standing();
-        measuring::of(&self.session.plan, settings).measure(
+        measuring::choice::host_for(&self.session.plan, settings).measure(
             samples,
             arms,
             sample_count,

@@ -167,7 +167,7 @@ pub fn lineage_of(champion: &ChampionRecord) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::meter::MeterEvent;
+    use crate::bench::meters::meter::MeterEvent;
 
     fn attempt(n: usize, idea: &str, verdict: AttemptVerdict, measured: bool) -> AttemptRecord {
         let meter = MeterEvent::TaskClock;

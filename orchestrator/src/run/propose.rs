@@ -123,7 +123,7 @@ impl Loop<'_> {
             contract: self.config().contract.clone(),
             target: self.config().target.clone(),
             allowed_paths: self.config().run.allowed_paths.clone(),
-            build: crate::bench::build::described(
+            build: crate::bench::servers::build::described(
                 &self.treatment_in_worktree(),
                 &self.config().target,
             ),
@@ -294,7 +294,7 @@ mod tests {
     }
 
     fn blank(n: usize) -> AttemptRecord {
-        let meter = crate::bench::meter::MeterEvent::TaskClock;
+        let meter = crate::bench::meters::meter::MeterEvent::TaskClock;
         super::super::iterate::new_record(n, "offline", "c0", meter, String::new())
     }
 

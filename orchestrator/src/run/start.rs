@@ -10,7 +10,7 @@ use std::path::Path;
 use super::{recover, say, summary, Loop, RunOptions};
 use crate::agent::{make_agent, Agent};
 use crate::bench::environment;
-use crate::bench::meter::{MeterEvent, MeterSource};
+use crate::bench::meters::meter::{MeterEvent, MeterSource};
 use crate::clock::now_utc;
 use crate::record::gitops::RunRepo;
 use crate::record::journal::{AttemptRecord, ChampionRecord, Journal, RunRecord, RunStatus};
@@ -120,14 +120,14 @@ pub(super) fn create(
     let worktree = root.join(".ratchet").join("worktrees").join(&run_id);
     let git = RunRepo::create(root, &run_id, &worktree)?;
     let base = git.head()?.to_string();
-    let treatment_hash = crate::bench::build::hash_sources(
+    let treatment_hash = crate::bench::servers::build::hash_sources(
         &git.path.join(&cfg.paths.treatment),
         &cfg.target.globs(),
     )
     .ok();
-    let control_hash = crate::bench::build::hash_sources(
+    let control_hash = crate::bench::servers::build::hash_sources(
         &root.join(&cfg.paths.control),
-        &crate::bench::build::control_sources(),
+        &crate::bench::servers::build::control_sources(),
     )
     .ok();
     let run = RunRecord {

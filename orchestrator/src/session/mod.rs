@@ -9,9 +9,9 @@ pub mod workspace;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
-use crate::bench::lock::CoreLock;
-use crate::bench::meter::MeterPlan;
-use crate::bench::trial::TrialSettings;
+use crate::bench::host::lock::CoreLock;
+use crate::bench::host::trial::TrialSettings;
+use crate::bench::meters::meter::MeterPlan;
 use crate::config::Config;
 use workspace::Workspace;
 
@@ -70,7 +70,7 @@ impl Session {
         let lock = CoreLock::acquire(sut, holder)?;
         let mut plan = MeterPlan::detect(config.meter.event, &config.emulator, sut, cores)?;
         plan.drift = config.meter.drift_of(plan.source);
-        if plan.event == crate::bench::meter::MeterEvent::TaskClock {
+        if plan.event == crate::bench::meters::meter::MeterEvent::TaskClock {
             tracing::info!("meter: {}", plan.reason);
         }
         Ok(Self {

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::agent::{edit, playbook};
-use crate::bench::arm::{built_arm, Arm, ArmSpec};
-use crate::bench::build;
-use crate::bench::launch::ServerCommand;
-use crate::bench::source;
+use crate::bench::servers::arm::{built_arm, Arm, ArmSpec};
+use crate::bench::servers::build;
+use crate::bench::servers::launch::ServerCommand;
+use crate::bench::servers::source;
 use crate::config::Config;
 
 /// Where a repository's servers live and how to build them.

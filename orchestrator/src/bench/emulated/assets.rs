@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::EmulatorConfig;
-use crate::bench::build::hex;
+use crate::bench::servers::build::hex;
 
 /// The plugin's source: part of ratchet, so a result names the plugin that
 /// counted it by this source's hash.

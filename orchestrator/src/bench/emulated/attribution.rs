@@ -12,8 +12,8 @@ use super::guest::{GuestPlan, PLAN_PATH};
 use super::measure::{base_image, guest_settings};
 use super::vm::{self, Ending, Markers};
 use super::Emulator;
-use crate::bench::marker::Load;
-use crate::bench::trial::TrialSettings;
+use crate::bench::host::trial::TrialSettings;
+use crate::bench::meters::marker::Load;
 
 /// One known load on one vCPU: every vCPU's instructions between its
 /// markers, the repeat that counted least on its own vCPU (the one no

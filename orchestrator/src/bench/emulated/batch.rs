@@ -31,13 +31,13 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use crate::bench::contract::{Closer, Contract, Failure, FailureCounts};
 use crate::bench::emulated::start::listening;
-use crate::bench::gate::{self, GateEvidence};
-use crate::bench::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
-use crate::bench::marker::{self, Mark};
-use crate::bench::meter::{MeterPlan, MeterReading};
-use crate::bench::trial::{BatchEvidence, Measurement, OutsideWindows, TrialSettings};
+use crate::bench::host::trial::{BatchEvidence, Measurement, OutsideWindows, TrialSettings};
+use crate::bench::load::contract::{Closer, Contract, Failure, FailureCounts};
+use crate::bench::load::gate::{self, GateEvidence};
+use crate::bench::meters::marker::{self, Mark};
+use crate::bench::meters::meter::{MeterPlan, MeterReading};
+use crate::bench::servers::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
 
 /// How a trial's batches are made (guest time throughout).
 #[derive(Clone, Debug, Serialize, Deserialize)]

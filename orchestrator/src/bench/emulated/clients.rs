@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bench::contract::{Closer, Contract, Failure};
-use crate::bench::loadgen::{LoadSnapshot, LoadTotals};
+use crate::bench::load::contract::{Closer, Contract, Failure};
+use crate::bench::load::loadgen::{LoadSnapshot, LoadTotals};
 
 #[derive(Default)]
 struct Counters {

@@ -9,8 +9,8 @@ use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
 
 use super::symbols::{KernelSymbols, Place, Symbolizer};
-use crate::bench::profile::{group, Profile};
-use crate::bench::trial::ProfileWindow;
+use crate::bench::host::trial::ProfileWindow;
+use crate::bench::meters::profile::{group, Profile};
 
 /// How many functions a profile keeps, hottest first.
 const TOP: usize = 40;

@@ -11,20 +11,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bench::arm::Arm;
 use crate::bench::config::GateConfig;
 use crate::bench::config::Schedule;
-use crate::bench::contract::Contract;
 use crate::bench::emulated::batch::{self, BatchSettings};
 use crate::bench::emulated::live::{self, LiveSettings};
 use crate::bench::emulated::WorkloadRegime;
-use crate::bench::launch::ServerCommand;
-use crate::bench::marker;
-use crate::bench::meter::{MeterEvent, MeterPlan, MeterSource};
-use crate::bench::ration::{RegimeRecord, SaturationConfig};
+use crate::bench::host::ration::{RegimeRecord, SaturationConfig};
+use crate::bench::host::schedule::Trial;
+use crate::bench::host::trial::{DuetSettings, TrialSettings};
+use crate::bench::load::contract::Contract;
+use crate::bench::meters::marker;
+use crate::bench::meters::meter::{MeterEvent, MeterPlan, MeterSource};
 use crate::bench::samples::Samples;
-use crate::bench::schedule::Trial;
-use crate::bench::trial::{DuetSettings, TrialSettings};
+use crate::bench::servers::arm::Arm;
+use crate::bench::servers::launch::ServerCommand;
 
 /// Where the guest's init puts the plan, and where ratchet is.
 pub const PLAN_PATH: &str = "/plan.json";

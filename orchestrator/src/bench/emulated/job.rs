@@ -15,10 +15,10 @@ use super::image::Image;
 use super::measure::{base_image, guest_samples, name_profiles, programs_of};
 use super::vm::{self, Ending};
 use super::Emulator;
-use crate::bench::arm::Arm;
-use crate::bench::ration::RegimeRecord;
+use crate::bench::host::ration::RegimeRecord;
+use crate::bench::host::trial::failed_start;
 use crate::bench::samples::Samples;
-use crate::bench::trial::failed_start;
+use crate::bench::servers::arm::Arm;
 
 /// One guest's share of a measurement.
 pub(super) struct Job<'a> {
@@ -212,7 +212,7 @@ mod tests {
     fn the_arm_announced_last_is_the_one_blamed() {
         let arm = |l: &str| Arm {
             label: l.into(),
-            command: crate::bench::launch::ServerCommand::new(
+            command: crate::bench::servers::launch::ServerCommand::new(
                 "/x".into(),
                 vec![],
                 &Default::default(),

@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use crate::bench::emulated::clients::Clients;
 use crate::bench::emulated::start::listening;
-use crate::bench::gate::{self, GateEvidence};
-use crate::bench::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
-use crate::bench::loadgen::LoadSnapshot;
-use crate::bench::marker::{self, Mark};
-use crate::bench::meter::MeterPlan;
-use crate::bench::procfs;
-use crate::bench::trial::{own_cpu, Measurement, ProfileWindow, TrialSettings};
-use crate::bench::uring;
+use crate::bench::host::trial::{own_cpu, Measurement, ProfileWindow, TrialSettings};
+use crate::bench::load::gate::{self, GateEvidence};
+use crate::bench::load::loadgen::LoadSnapshot;
+use crate::bench::meters::marker::{self, Mark};
+use crate::bench::meters::meter::MeterPlan;
+use crate::bench::servers::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
+use crate::bench::servers::procfs;
+use crate::bench::servers::uring;
 
 /// How a live trial is sized (connections; guest time for the limits).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -125,7 +125,7 @@ pub fn run_trial(
         window_completed: window.completed,
         window_s: elapsed.as_secs_f64(),
         throughput_cps: window.completed as f64 / elapsed.as_secs_f64().max(1e-9),
-        latency_us: Some(crate::bench::trial::Latency::of(&totals.latency_us)),
+        latency_us: Some(crate::bench::host::trial::Latency::of(&totals.latency_us)),
         context_switches_per_connection: per_conn(meter.context_switches),
         sut_busy,
         generator_busy: Some((cpu1 - cpu0).as_secs_f64() / elapsed.as_secs_f64() / clients),

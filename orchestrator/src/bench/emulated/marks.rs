@@ -150,8 +150,8 @@ impl Marks {
                 })
         };
         let (a, b) = (get(begin)?, get(end)?);
-        if a.id != crate::bench::marker::Mark::WindowBegin as u32
-            || b.id != crate::bench::marker::Mark::WindowEnd as u32
+        if a.id != crate::bench::meters::marker::Mark::WindowBegin as u32
+            || b.id != crate::bench::meters::marker::Mark::WindowEnd as u32
         {
             bail!(
                 "snapshots {begin} and {end} are markers {} and {}, not a window's begin and end",

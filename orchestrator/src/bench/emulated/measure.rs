@@ -21,16 +21,16 @@ use super::marks::Marks;
 use super::symbols::KernelSymbols;
 use super::vm;
 use super::Emulator;
-use crate::bench::arm::Arm;
 use crate::bench::config::GateConfig;
 use crate::bench::config::Schedule;
 use crate::bench::emulated::batch::BatchSettings;
 use crate::bench::emulated::live::LiveSettings;
 use crate::bench::emulated::WorkloadRegime;
+use crate::bench::host::ration::{LiveLoad, Regime, RegimeRecord};
+use crate::bench::host::trial::TrialSettings;
 use crate::bench::measuring::MeasuringHost;
-use crate::bench::ration::{LiveLoad, Regime, RegimeRecord};
 use crate::bench::samples::{verify, Samples, Step};
-use crate::bench::trial::TrialSettings;
+use crate::bench::servers::arm::Arm;
 
 /// How many guests share `samples`: one per host core unless configured
 /// (one at a time live: a live guest's vCPUs run on every host core at

@@ -8,10 +8,10 @@ use anyhow::{Context, Result};
 
 use super::measure::measure;
 use super::{Emulator, WorkloadRegime};
-use crate::bench::arm::Arm;
-use crate::bench::profile::Profile;
+use crate::bench::host::trial::TrialSettings;
+use crate::bench::meters::profile::Profile;
 use crate::bench::samples::Samples;
-use crate::bench::trial::TrialSettings;
+use crate::bench::servers::arm::Arm;
 
 /// Profiles `arm` over `emulator.profile_connections` connections, or as
 /// many as a scored window holds where that is 0.

@@ -1,9 +1,9 @@
 //! How every emulated trial starts its server: on a free port, listening,
 //! or a failed trial that says why.
 
-use crate::bench::launch::{free_port, RunningServer, ServerCommand};
-use crate::bench::meter::MeterPlan;
-use crate::bench::trial::{failed_start, Measurement, TrialSettings};
+use crate::bench::host::trial::{failed_start, Measurement, TrialSettings};
+use crate::bench::meters::meter::MeterPlan;
+use crate::bench::servers::launch::{free_port, RunningServer, ServerCommand};
 
 /// A fresh server listening on a free port; or the failed trial its
 /// start or its readiness makes.

@@ -6,7 +6,7 @@
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
 
-use crate::bench::mappings::Mapping;
+use crate::bench::servers::mappings::Mapping;
 
 /// Where a code address lies: a file (or the kernel) and, when its symbol
 /// table names it, a function.
@@ -175,7 +175,7 @@ mod tests {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let exe = exe.to_str().unwrap();
         let maps: Vec<Mapping> =
-            crate::bench::mappings::executable_mappings(std::process::id() as i32)
+            crate::bench::servers::mappings::executable_mappings(std::process::id() as i32)
                 .into_iter()
                 .filter(|m| m.path == exe)
                 .collect();

@@ -7,9 +7,9 @@ use anyhow::{Context, Result};
 use std::time::Duration;
 
 use super::{DecisionReplay, ReplayRecord, Replayer};
-use crate::bench::arm::Arm;
+use crate::bench::host::trial;
 use crate::bench::samples::Samples;
-use crate::bench::trial;
+use crate::bench::servers::arm::Arm;
 use crate::record::lineage::{self, Lineage, Trees};
 use crate::referee::judge::{self, Phase, Rules, Stages};
 use crate::referee::verdict::AttemptVerdict;

@@ -14,9 +14,9 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::arm::Arm;
 use crate::bench::environment::{self, Fingerprint};
 use crate::bench::samples::Samples;
+use crate::bench::servers::arm::Arm;
 use crate::record::lineage::{self, Lineage};
 use crate::record::recorded::RecordedRun;
 use crate::referee::compare::{ArmSummary, Comparison};

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bench::secrets;
+use crate::bench::servers::secrets;
 use crate::interrupt;
 use paths::Results;
 

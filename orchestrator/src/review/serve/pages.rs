@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::paths::Results;
-use crate::bench::secrets;
+use crate::bench::servers::secrets;
 use crate::record::lineage::Lineage;
 use crate::record::recorded::RecordedRun;
 use crate::referee::figures::fmt_ratio;
