@@ -1,7 +1,12 @@
 //! Wall-clock time stamps for records, in UTC, without a time-zone database.
 
 pub fn now_utc() -> String {
-    let t = std::time::SystemTime::now()
+    utc(std::time::SystemTime::now())
+}
+
+/// The instant `at`, as records write it.
+pub fn utc(at: std::time::SystemTime) -> String {
+    let t = at
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs() as libc::time_t;

@@ -8,6 +8,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::paths::Results;
+use crate::bench::host::ration::Regime;
 use crate::bench::servers::secrets;
 use crate::record::lineage::Lineage;
 use crate::record::recorded::RecordedRun;
@@ -33,11 +34,12 @@ fn render(results: &Results, repo: &Path, id: &str) -> Result<(String, String)> 
     let head = between(&html, "<head>", "</head>").unwrap_or_default();
     let body = between(&html, "<body>", "</body>").unwrap_or(&html);
     let live = format!(
-        "<p id=\"live\" class=\"note\">Run {id} is {status}. This page follows its journal \
-         (results/{id}/attempts.jsonl) and shows each attempt as it is decided. \
+        "<p id=\"live\" class=\"note\">Run {id} is {status}{written}. This page follows its \
+         journal (results/{id}/attempts.jsonl) and shows each attempt as it is decided. \
          <a href=\"/\">Every run</a></p>",
         id = escape(id),
         status = run.run.status,
+        written = last_written(&run.dir),
     );
     Ok((secrets::redact(head), secrets::redact(&(live + body))))
 }
@@ -79,7 +81,7 @@ pub fn runs_page(results: &Results, repo: &Path, only: &[String]) -> String {
         rows += &match run_row(results, repo, id) {
             Ok(row) => row,
             Err(e) => format!(
-                "<tr><td>{}</td><td colspan=\"7\" class=\"warn\">unreadable: {}</td></tr>",
+                "<tr><td>{}</td><td colspan=\"8\" class=\"warn\">unreadable: {}</td></tr>",
                 escape(id),
                 escape(&format!("{e:#}"))
             ),
@@ -89,7 +91,7 @@ pub fn runs_page(results: &Results, repo: &Path, only: &[String]) -> String {
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>ratchet runs</title>\
          <style>{CSS}</style></head><body><h1>ratchet runs</h1><p class=\"note\">{n} runs in {dir}. \
          A run's page follows it while it runs.</p><table><thead><tr><th>run</th><th>status</th>\
-         <th>meter</th><th>load</th><th>attempts</th><th>kept</th><th>champion vs start</th>\
+         <th>meter</th><th>regime</th><th>load</th><th>attempts</th><th>kept</th><th>champion vs start</th>\
          <th>vs control</th><th>report</th></tr></thead><tbody>{rows}</tbody></table></body></html>\n",
         n = ids.len(),
         dir = escape(&results.root().display().to_string()),
@@ -116,12 +118,13 @@ fn run_row(results: &Results, repo: &Path, id: &str) -> Result<String> {
     let _ = write!(
         row,
         "<tr><td><a href=\"/runs/{id}\">{id}</a></td><td>{status}</td><td>{meter}, in {unit}</td>\
-         <td>{load}</td><td>{n}</td><td>{kept}</td><td>{start:.3}</td><td>{control}</td>\
+         <td>{regime}</td><td>{load}</td><td>{n}</td><td>{kept}</td><td>{start:.3}</td><td>{control}</td>\
          <td>{report_link}</td></tr>",
         id = escape(id),
         status = run.run.status,
         meter = escape(&meter(&f.meter_event, &f.meter_source)),
         unit = run.unit(),
+        regime = regime(&run.run.config, &f.meter_source),
         load = escape(&report::load(&run.run.config, &f.meter_source)),
         n = run.attempts.len(),
         kept = lineage.steps.len() - 1,
@@ -139,4 +142,28 @@ fn meter(event: &str, source: &str) -> String {
     } else {
         format!("{event} ({source})")
     }
+}
+
+/// The workload the run measured in, in its meter's terms.
+fn regime(c: &crate::config::Config, meter_source: &str) -> &'static str {
+    if meter_source == "emulated" {
+        c.emulator.regime.name()
+    } else {
+        match c.saturation.regime {
+            Regime::Saturated => "saturated",
+            Regime::Idle => "idle",
+        }
+    }
+}
+
+/// When the run last wrote its journal or record: a run that says it is
+/// running but has written nothing for long has likely crashed.
+fn last_written(dir: &Path) -> String {
+    ["attempts.jsonl", "run.json"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok()?.modified().ok())
+        .max()
+        .map_or(String::new(), |t| {
+            format!(" (its records last written {})", crate::clock::utc(t))
+        })
 }
