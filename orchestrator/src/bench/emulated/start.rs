@@ -3,7 +3,8 @@
 
 use crate::bench::host::trial::{failed_start, Measurement, TrialSettings};
 use crate::bench::meters::meter::MeterPlan;
-use crate::bench::servers::launch::{free_port, RunningServer, ServerCommand};
+use crate::bench::servers::launch::{RunningServer, ServerCommand};
+use crate::bench::servers::port::free_port;
 
 /// A fresh server listening on a free port; or the failed trial its
 /// start or its readiness makes.

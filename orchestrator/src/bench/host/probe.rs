@@ -18,7 +18,8 @@ use crate::bench::load::loadgen::{LoadGen, EVERY_TARGET};
 use crate::bench::meters::meter::MeterPlan;
 use crate::bench::servers::arm::Arm;
 use crate::bench::servers::cgroup::{containment, RationGroup};
-use crate::bench::servers::launch::{free_port, RunningServer};
+use crate::bench::servers::launch::RunningServer;
+use crate::bench::servers::port::free_port;
 use crate::interrupt;
 
 /// The regime `arms` will be measured in under `s`: the idle regime where

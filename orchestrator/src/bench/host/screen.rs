@@ -21,7 +21,8 @@ use crate::bench::load::gate::{self, GateEvidence, GateResult};
 use crate::bench::load::loadgen::LoadGen;
 use crate::bench::meters::meter::MeterPlan;
 use crate::bench::servers::arm::Arm;
-use crate::bench::servers::launch::{free_port, RunningServer, CLOSE_WAIT};
+use crate::bench::servers::launch::{RunningServer, CLOSE_WAIT};
+use crate::bench::servers::port::free_port;
 use crate::interrupt;
 
 /// Connections an arm must serve to pass: enough that a server broken on

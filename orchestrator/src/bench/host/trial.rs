@@ -21,7 +21,8 @@ pub use crate::bench::measurement::{
 };
 use crate::bench::meters::meter::{MeterPlan, MeterReading};
 use crate::bench::servers::cgroup::RationGroup;
-use crate::bench::servers::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
+use crate::bench::servers::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
+use crate::bench::servers::port::free_port;
 use crate::bench::servers::procfs;
 use crate::interrupt;
 

@@ -20,7 +20,8 @@ use crate::bench::load::gate::{self, GateEvidence, GateReason, GateResult, Growt
 use crate::bench::load::loadgen::LoadGen;
 use crate::bench::meters::meter::MeterPlan;
 use crate::bench::servers::holdings;
-use crate::bench::servers::launch::{free_port, RunningServer, ServerCommand, CLOSE_WAIT};
+use crate::bench::servers::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
+use crate::bench::servers::port::free_port;
 use crate::interrupt;
 
 /// Readings after the start: the first two are past the server's warm-up

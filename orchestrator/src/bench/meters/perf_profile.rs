@@ -22,7 +22,8 @@ use crate::bench::meters::meter::MeterPlan;
 use crate::bench::meters::profile::{group, Profile};
 use crate::bench::servers::arm::Arm;
 use crate::bench::servers::cgroup::RationGroup;
-use crate::bench::servers::launch::{free_port, RunningServer};
+use crate::bench::servers::launch::RunningServer;
+use crate::bench::servers::port::free_port;
 use crate::bench::servers::secrets;
 
 /// One `perf report --stdio` line: its percentage and the columns after it.

@@ -9,6 +9,7 @@ pub mod holdings;
 pub mod launch;
 pub mod mappings;
 pub mod placement;
+pub mod port;
 pub mod privilege;
 pub mod procfs;
 pub mod secrets;

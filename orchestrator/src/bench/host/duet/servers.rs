@@ -9,7 +9,8 @@ use crate::bench::host::trial::{failed_start, Measurement, TrialSettings};
 use crate::bench::meters::meter::{MeterPlan, MeterReading};
 use crate::bench::servers::arm::Arm;
 use crate::bench::servers::cgroup::RationGroup;
-use crate::bench::servers::launch::{free_port, RunningServer};
+use crate::bench::servers::launch::RunningServer;
+use crate::bench::servers::port::free_port;
 
 /// One arm's server during an epoch.
 pub(super) struct Live {
