@@ -63,6 +63,14 @@ impl RecordedRun {
 
 /// The newest run in `results/` (run ids sort by their start time).
 pub fn latest_run(results: &Path) -> Result<String> {
+    run_ids(results)?
+        .pop()
+        .with_context(|| format!("no recorded run in {}", results.display()))
+}
+
+/// Every run in `results/`: the directories holding a run record, oldest
+/// first.
+pub fn run_ids(results: &Path) -> Result<Vec<String>> {
     let mut ids: Vec<String> = std::fs::read_dir(results)
         .with_context(|| format!("reading {}", results.display()))?
         .filter_map(|e| e.ok())
@@ -70,8 +78,7 @@ pub fn latest_run(results: &Path) -> Result<String> {
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     ids.sort();
-    ids.pop()
-        .with_context(|| format!("no recorded run in {}", results.display()))
+    Ok(ids)
 }
 
 #[cfg(test)]

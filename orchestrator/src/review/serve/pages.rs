@@ -11,7 +11,7 @@ use super::paths::Results;
 use crate::bench::host::ration::Regime;
 use crate::bench::servers::secrets;
 use crate::record::lineage::Lineage;
-use crate::record::recorded::RecordedRun;
+use crate::record::recorded::{self, RecordedRun};
 use crate::referee::figures::fmt_ratio;
 use crate::review::report;
 use crate::review::svg::escape;
@@ -66,16 +66,12 @@ fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
 /// Every run in `results/` (those in `only`, if any), newest first: its
 /// status, meter, load, and where its champion stands.
 pub fn runs_page(results: &Results, repo: &Path, only: &[String]) -> String {
-    let mut ids: Vec<String> = std::fs::read_dir(results.root())
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter(|e| e.path().join("run.json").is_file())
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|id| only.is_empty() || only.contains(id))
-                .collect()
-        })
-        .unwrap_or_default();
-    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut ids: Vec<String> = recorded::run_ids(results.root())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|id| only.is_empty() || only.contains(id))
+        .collect();
+    ids.reverse();
     let mut rows = String::new();
     for id in &ids {
         rows += &match run_row(results, repo, id) {
