@@ -80,9 +80,31 @@ fn a_known_saving_per_connection_is_better() {
     let ws = temp_workspace("");
     let ok = faulty_arm("ok");
     let slow = format!("{} --spin-us 100", faulty_arm("spin"));
-    let (report, _) = compare_json(&ws.path().join("harness.toml"), &[&slow, &ok], 6, &[]);
+    let (report, out) = compare_json(&ws.path().join("harness.toml"), &[&slow, &ok], 6, &[]);
     let c = &report["comparisons"][0];
-    assert_eq!(c["verdict"], "better", "{c}");
+    let why = || {
+        let arms: Vec<String> = (0..2)
+            .map(|i| {
+                let saturated: Vec<String> = report["trials"][i]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["saturated"].to_string())
+                    .collect();
+                format!(
+                    "gate {} saturated [{}]",
+                    arm(&report, i)["gate"],
+                    saturated.join(", ")
+                )
+            })
+            .collect();
+        format!(
+            "{c}\n{}\n{}",
+            arms.join("\n"),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    assert_eq!(c["verdict"], "better", "{}", why());
     assert!(c["ratio_median"].as_f64().unwrap() < 0.8, "{c}");
     assert!(c["ci_coverage"].as_f64().unwrap() > 0.95, "{c}");
     // Every window of the duet measured both arms, in an audited order.

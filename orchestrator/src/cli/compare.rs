@@ -45,6 +45,21 @@ pub fn run(cli: &Cli, args: &CompareArgs) -> Result<()> {
         &mut samples,
         "",
     )?;
+    if let Some(unscored) = samples.unscored_short_of_an_interval() {
+        eprintln!(
+            "ratchet: {unscored} of {sample_count} samples were not scored (an arm ran out of work in them), \
+             too few left for an interval: measuring {sample_count} more, once, as the loop does"
+        );
+        progress::measure(
+            &session,
+            &settings,
+            &arms,
+            sample_count,
+            args.seed.wrapping_add(1),
+            &mut samples,
+            "extending: ",
+        )?;
+    }
     let env = arms::fingerprint(&session, &arms);
     let labels: Vec<String> = arms.iter().map(|a| a.label.clone()).collect();
     let report = compare::report(

@@ -79,6 +79,24 @@ impl Samples {
         (!failed.is_empty()).then(|| failed.join(", "))
     }
 
+    /// How many samples went unscored for the arms judged against arm 0,
+    /// when that left a comparison with a median but too few ratios for an
+    /// interval and every gate passed: an arm ran out of work in those
+    /// samples, which more samples can make up (the loop's keep rule
+    /// extends once for the same reason). `None` when nothing is short.
+    pub fn unscored_short_of_an_interval(&self) -> Option<usize> {
+        let short = (1..self.trials.len()).filter(|&arm| {
+            let c = self.compare(arm, 0, 0.0);
+            c.ratio_median.is_some()
+                && c.ratio_interval.is_none()
+                && self.gate(arm).passed
+                && self.gate(0).passed
+        });
+        short
+            .map(|arm| self.trials[arm].len().min(self.trials[0].len()) - self.ratios(arm, 0).len())
+            .max()
+    }
+
     /// The comparison with a 95% interval.
     pub fn compare(&self, arm: usize, baseline: usize, threshold: f64) -> Comparison {
         self.compare_at(arm, baseline, threshold, 0.95)
@@ -441,6 +459,18 @@ mod tests {
         assert_eq!(c.verdict, Verdict::Invalid);
         assert_eq!(c.ratio_interval, None);
         assert_eq!(c.ratio_median, Some(0.5));
+    }
+
+    #[test]
+    fn samples_an_arm_idled_in_are_counted_when_they_leave_no_interval() {
+        let mut s = samples(&[Some(100.0); 6], &[Some(50.0); 6]);
+        assert_eq!(s.unscored_short_of_an_interval(), None);
+        s.trials[1][2].saturated = Some(false);
+        assert_eq!(s.compare(1, 0, 0.03).ratio_interval, None);
+        assert_eq!(s.unscored_short_of_an_interval(), Some(1));
+        // More samples cannot mend a failed gate.
+        s.trials[0][4] = trial(None);
+        assert_eq!(s.unscored_short_of_an_interval(), None);
     }
 
     #[test]
