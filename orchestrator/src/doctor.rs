@@ -209,14 +209,25 @@ fn build_program(config: &Config) -> Check {
             format!("target.build: `{program}` not found on PATH"),
         );
     }
-    if let Err(e) = crate::bench::servers::build::reachable(program) {
+    let toolchain = match config.target.toolchain_dirs() {
+        Ok(dirs) => dirs,
+        Err(e) => return check(false, "target build", format!("{e:#}")),
+    };
+    if let Err(e) = crate::bench::servers::build::reachable(program, &toolchain) {
         return check(false, "target build", format!("target.build: {e:#}"));
     }
-    let passed = if config.target.build_env.is_empty() {
+    let view = match crate::bench::servers::build::view_of(&toolchain) {
+        Ok(view) => view,
+        Err(e) => return check(false, "target build", format!("{e:#}")),
+    };
+    let mut passed = if config.target.build_env.is_empty() {
         String::new()
     } else {
         format!("; with {}", config.target.build_env.join(", "))
     };
+    if let Some(view) = view {
+        passed += &format!("; {}", view.describe());
+    }
     check(
         true,
         "target build",

@@ -7,6 +7,7 @@
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 
 use crate::glob::Globs;
 
@@ -39,6 +40,11 @@ pub struct TargetConfig {
     /// `RUSTUP_HOME`, `GOPATH`, `GOCACHE`, `HOME`). Never a secret: a name
     /// that looks like one is refused.
     pub build_env: Vec<String>,
+    /// Directories of a toolchain the build user cannot reach where they
+    /// are (rustup's `~/.cargo` and `~/.rustup` in root's home): the build
+    /// sees each read-only at its own path, and nothing else of the
+    /// directories around it. `~/` is ratchet's `HOME`.
+    pub toolchain: Vec<String>,
 }
 
 impl Default for TargetConfig {
@@ -55,6 +61,7 @@ impl Default for TargetConfig {
                 .into(),
             io_uring: true,
             build_env: Vec::new(),
+            toolchain: Vec::new(),
         }
     }
 }
@@ -124,6 +131,33 @@ impl TargetConfig {
             }
         }
         Ok(())
+    }
+
+    /// `toolchain` as absolute directories, `~/` expanded; each must be
+    /// one, so a typo is named before any build rather than a cargo not
+    /// found inside it.
+    pub fn toolchain_dirs(&self) -> Result<Vec<PathBuf>> {
+        self.toolchain
+            .iter()
+            .map(|d| {
+                let path = match d.strip_prefix("~/") {
+                    Some(rest) => match std::env::var_os("HOME") {
+                        Some(home) => Path::new(&home).join(rest),
+                        None => {
+                            bail!("target.toolchain: {d:?} starts with ~/, and HOME is not set")
+                        }
+                    },
+                    None => PathBuf::from(d),
+                };
+                if !path.is_absolute() {
+                    bail!("target.toolchain: {d:?} is neither absolute nor under ~/");
+                }
+                if !path.is_dir() {
+                    bail!("target.toolchain: {} is not a directory", path.display());
+                }
+                Ok(path)
+            })
+            .collect()
     }
 
     pub fn globs(&self) -> Globs {

@@ -27,6 +27,7 @@ pub fn build_control(src: &Path, cache: &Path, timeout: Duration) -> Result<Buil
         sources: &globs,
         argv: vec!["go".into(), "build".into()],
         env: Vec::new(),
+        toolchain: &[],
         binary: "control",
     };
     cached_build(&recipe, &src_abs, cache, timeout, |copy, out| {

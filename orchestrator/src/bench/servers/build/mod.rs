@@ -24,6 +24,7 @@ mod control;
 mod sources;
 mod target;
 mod toolchain;
+mod view;
 use crate::bench::servers::privilege;
 use crate::bench::servers::secrets;
 use crate::glob::Globs;
@@ -33,6 +34,7 @@ pub use control::{build_control, control_sources};
 use sources::copy_sources;
 pub use sources::{described, hash_file, hash_sources, hex, source_files};
 pub use target::{build_overlaid, build_target};
+use view::BuildView;
 
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -67,8 +69,17 @@ impl std::error::Error for BuildFailure {}
 /// backgrounded compiler, a daemon an agent left) outlives it. Returns the
 /// exit status (None on timeout) and the combined output, secrets redacted.
 pub fn run_bounded(
+    cmd: Command,
+    timeout: Duration,
+) -> Result<(Option<std::process::ExitStatus>, String)> {
+    run_bounded_in(cmd, timeout, None)
+}
+
+/// [`run_bounded`] in `view` of the filesystem, where there is one.
+fn run_bounded_in(
     mut cmd: Command,
     timeout: Duration,
+    view: Option<std::sync::Arc<BuildView>>,
 ) -> Result<(Option<std::process::ExitStatus>, String)> {
     let label = cmd.get_program().to_string_lossy().to_string();
     let mut cgroup = Cgroup::create(&label, None, None)?;
@@ -85,6 +96,9 @@ pub fn run_bounded(
     unsafe {
         cmd.pre_exec(move || {
             cgroup::join_from_child(&join)?;
+            if let Some(view) = &view {
+                view.enter()?;
+            }
             privilege::drop_in_child(&privilege)?;
             // After the drop, which clears it (see bench/servers/launch.rs).
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -134,22 +148,36 @@ fn require_tool(tool: &str, package: &str) -> Result<()> {
     if !on_path(tool) {
         bail!("`{tool}` not found on PATH: install the Debian package {package} (apt-get install {package})");
     }
-    reachable(tool)
+    reachable(tool, &[])
 }
 
-/// Refuses, with the reason, a build program the build user cannot run.
-pub fn reachable(program: &str) -> Result<()> {
+/// Refuses, with the reason, a build program the build user cannot run,
+/// in the build's view of `toolchain` (`target.toolchain`).
+pub fn reachable(program: &str, toolchain: &[PathBuf]) -> Result<()> {
     let Some(id) = privilege::privilege().identity() else {
         return Ok(());
     };
-    let user = toolchain::BuildUser {
+    let user = build_user(id);
+    match toolchain::unreachable(program, &user, toolchain) {
+        Some(why) => bail!("{why}"),
+        None => Ok(()),
+    }
+}
+
+fn build_user(id: &privilege::Identity) -> toolchain::BuildUser<'_> {
+    toolchain::BuildUser {
         name: &id.name,
         uid: id.uid,
         gid: id.gid,
-    };
-    match toolchain::unreachable(program, &user) {
-        Some(why) => bail!("{why}"),
-        None => Ok(()),
+    }
+}
+
+/// The build's own view exposing `toolchain`, when the build runs as
+/// another user who cannot reach it; None when nothing needs exposing.
+pub fn view_of(toolchain: &[PathBuf]) -> Result<Option<BuildView>> {
+    match privilege::privilege().identity() {
+        Some(id) if !toolchain.is_empty() => BuildView::plan(toolchain, &build_user(id)),
+        _ => Ok(None),
     }
 }
 
@@ -163,6 +191,8 @@ struct Recipe<'a> {
     /// The variables passed beside PATH (`target.build_env`) with their
     /// values: another toolchain is another build.
     env: Vec<(String, String)>,
+    /// The toolchain's directories the build reads (`target.toolchain`).
+    toolchain: &'a [PathBuf],
     binary: &'a str,
 }
 
@@ -179,6 +209,10 @@ impl Recipe<'_> {
             h.update(k.as_bytes());
             h.update([3]);
             h.update(v.as_bytes());
+        }
+        for dir in self.toolchain {
+            h.update([4]);
+            h.update(dir.as_os_str().as_encoded_bytes());
         }
         h.update([1]);
         h.update(self.binary.as_bytes());
@@ -243,7 +277,11 @@ fn cached_build(
         privilege::give(&copy, id)?;
         privilege::give(&out, id)?;
     }
-    let (status, log) = run_bounded(command(&copy, &out), timeout)?;
+    let view = view_of(recipe.toolchain)?;
+    if let Some(view) = &view {
+        view.keeps("directory", staging.path())?;
+    }
+    let (status, log) = run_bounded_in(command(&copy, &out), timeout, view.map(Into::into))?;
     let built = out.join(binary_name);
     match status {
         Some(s) if s.success() && built.is_file() => {}
@@ -312,6 +350,7 @@ mod tests {
             sources,
             argv: vec!["sh".into()],
             env: Vec::new(),
+            toolchain: &[],
             binary: "server",
         }
     }

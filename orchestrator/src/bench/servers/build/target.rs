@@ -22,7 +22,8 @@ pub fn build_target(
     if !on_path(program) {
         bail!("target.build: `{program}` not found on PATH (install it, or name the program that builds the server)");
     }
-    reachable(program).context("target.build")?;
+    let toolchain = target.toolchain_dirs()?;
+    reachable(program, &toolchain).context("target.build")?;
     if target.io_uring && !Path::new("/usr/include/liburing.h").exists() {
         bail!("liburing.h not found (target.io_uring is set): install the Debian package liburing-dev (apt-get install liburing-dev)");
     }
@@ -36,6 +37,7 @@ pub fn build_target(
         sources: &globs,
         argv: target.build.clone(),
         env: env.clone(),
+        toolchain: &toolchain,
         binary: &target.binary,
     };
     cached_build(&recipe, &src_abs, cache, timeout, |copy, out| {

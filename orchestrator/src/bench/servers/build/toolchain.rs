@@ -42,16 +42,45 @@ fn holds(meta: &std::fs::Metadata, user: &BuildUser, bit: u32) -> bool {
     (mode >> shift) & bit != 0
 }
 
-/// The first directory on the way to `path` that `user` may not search, or
-/// `path` itself if it may not execute it.
-fn first_barrier(path: &Path, user: &BuildUser) -> Option<(PathBuf, u32)> {
+/// The first directory on the way to `path` (not `path` itself) that `user`
+/// may not search.
+pub fn first_closed_dir(path: &Path, user: &BuildUser) -> Option<PathBuf> {
+    closed_on_the_way(path, user, &[]).map(|(dir, _)| dir)
+}
+
+/// Whether `user` may list and enter the directory `dir`.
+pub fn may_read(dir: &Path, user: &BuildUser) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| holds(&m, user, 4) && holds(&m, user, 1))
+}
+
+/// The first directory on the way to `path` that `user` may not search,
+/// with its mode, passing over those the build's view covers: a strict
+/// ancestor of an `exposed` directory that holds `path`.
+fn closed_on_the_way(path: &Path, user: &BuildUser, exposed: &[PathBuf]) -> Option<(PathBuf, u32)> {
     let mut dirs: Vec<&Path> = path.ancestors().skip(1).collect();
     dirs.reverse();
+    let covered = |dir: &Path| {
+        exposed
+            .iter()
+            .any(|e| path.starts_with(e) && e.starts_with(dir) && e != dir)
+    };
     for dir in dirs.into_iter().filter(|d| !d.as_os_str().is_empty()) {
+        if covered(dir) {
+            continue;
+        }
         let meta = std::fs::metadata(dir).ok()?;
         if !holds(&meta, user, 1) {
             return Some((dir.to_path_buf(), meta.mode() & 0o7777));
         }
+    }
+    None
+}
+
+/// The first directory on the way to `path` that `user` may not search, or
+/// `path` itself if it may not execute it.
+fn first_barrier(path: &Path, user: &BuildUser, exposed: &[PathBuf]) -> Option<(PathBuf, u32)> {
+    if let Some(closed) = closed_on_the_way(path, user, exposed) {
+        return Some(closed);
     }
     let meta = std::fs::metadata(path).ok()?;
     (!holds(&meta, user, 1)).then(|| (path.to_path_buf(), meta.mode() & 0o7777))
@@ -60,11 +89,12 @@ fn first_barrier(path: &Path, user: &BuildUser) -> Option<(PathBuf, u32)> {
 /// Why `user` cannot run `program`, naming the program, the user and the
 /// directory or file in the way; None where nothing is (or where the
 /// program is not found: that has its own message).
-pub fn unreachable(program: &str, user: &BuildUser) -> Option<String> {
+pub fn unreachable(program: &str, user: &BuildUser, exposed: &[PathBuf]) -> Option<String> {
     let path = which(program)?;
     // The path as found, then where its links lead: both must be passable.
     let real = path.canonicalize().ok()?;
-    let (barrier, mode) = first_barrier(&path, user).or_else(|| first_barrier(&real, user))?;
+    let (barrier, mode) =
+        first_barrier(&path, user, exposed).or_else(|| first_barrier(&real, user, exposed))?;
     let what = if barrier == path || barrier == real {
         "it".to_string()
     } else {
@@ -72,9 +102,10 @@ pub fn unreachable(program: &str, user: &BuildUser) -> Option<String> {
     };
     Some(format!(
         "{program} at {} is not executable by {} (uid {}): {what} is mode {mode:o}. \
-         Builds run as {}: install the toolchain where that user can reach it (/usr/local, /opt), \
-         or let it through (chmod o+x {}); a toolchain's own variables reach the build through \
-         target.build_env",
+         Builds run as {}: name the toolchain's directories in target.toolchain (rustup's: \
+         [\"~/.cargo\", \"~/.rustup\"]) and the build sees them read-only, alone in {}, \
+         or install the toolchain where that user can reach it (/usr/local, /opt); a \
+         toolchain's own variables reach the build through target.build_env",
         path.display(),
         user.name,
         user.uid,
@@ -109,11 +140,11 @@ mod tests {
         std::fs::write(&cargo, "#!/bin/sh\n").unwrap();
         chmod(&cargo, 0o755);
         let program = cargo.to_str().unwrap();
-        assert_eq!(unreachable(program, &NOBODY), None);
+        assert_eq!(unreachable(program, &NOBODY, &[]), None);
 
         let dot_cargo = home.path().join(".cargo");
         chmod(&dot_cargo, 0o700);
-        let why = unreachable(program, &NOBODY).unwrap();
+        let why = unreachable(program, &NOBODY, &[]).unwrap();
         assert!(
             why.starts_with(&format!(
                 "{program} at {program} is not executable by nobody (uid 65534): {} is mode 700",
@@ -122,10 +153,24 @@ mod tests {
             "{why}"
         );
         chmod(&dot_cargo, 0o711);
-        assert_eq!(unreachable(program, &NOBODY), None);
+        assert_eq!(unreachable(program, &NOBODY, &[]), None);
+
+        // A closed home passed over where the build's view exposes the
+        // toolchain inside it; a closed directory inside the toolchain not.
+        chmod(home.path(), 0o700);
+        assert!(unreachable(program, &NOBODY, &[]).is_some());
+        assert_eq!(unreachable(program, &NOBODY, &[dot_cargo.clone()]), None);
+        chmod(&bin, 0o700);
+        let why = unreachable(program, &NOBODY, &[dot_cargo.clone()]).unwrap();
+        assert!(
+            why.contains(&format!("{} is mode 700", bin.display())),
+            "{why}"
+        );
+        chmod(&bin, 0o755);
+        chmod(home.path(), 0o755);
 
         chmod(&cargo, 0o744);
-        let why = unreachable(program, &NOBODY).unwrap();
+        let why = unreachable(program, &NOBODY, &[]).unwrap();
         assert!(why.contains(": it is mode 744"), "{why}");
     }
 
@@ -151,6 +196,6 @@ mod tests {
     fn a_program_on_path_is_found_as_execvp_would() {
         assert!(which("sh").is_some_and(|p| p.is_absolute()));
         assert_eq!(which("./x"), Some(PathBuf::from("./x")));
-        assert_eq!(unreachable("no-such-program-anywhere", &NOBODY), None);
+        assert_eq!(unreachable("no-such-program-anywhere", &NOBODY, &[]), None);
     }
 }
