@@ -159,9 +159,12 @@ mod tests {
         // toolchain inside it; a closed directory inside the toolchain not.
         chmod(home.path(), 0o700);
         assert!(unreachable(program, &NOBODY, &[]).is_some());
-        assert_eq!(unreachable(program, &NOBODY, &[dot_cargo.clone()]), None);
+        assert_eq!(
+            unreachable(program, &NOBODY, std::slice::from_ref(&dot_cargo)),
+            None
+        );
         chmod(&bin, 0o700);
-        let why = unreachable(program, &NOBODY, &[dot_cargo.clone()]).unwrap();
+        let why = unreachable(program, &NOBODY, std::slice::from_ref(&dot_cargo)).unwrap();
         assert!(
             why.contains(&format!("{} is mode 700", bin.display())),
             "{why}"
