@@ -8,98 +8,13 @@
 
 mod common;
 
+use common::example::{check, compare, example_repo, ratchet_with};
 use common::referee::{arm, reasons};
 use common::*;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Command;
 
 const EXAMPLE: &str = "examples/keepalive-cpp";
-
-/// Test-sized settings, added to the example's own configuration: short
-/// windows in task-clock, and a coarse threshold so that the A/A check's
-/// demands stay small (the tests are of the plumbing, not of the ideas).
-/// The connections in flight stay the default 256: with 64, eight round
-/// trips a connection left the server waiting on its clients in a third
-/// of the windows, which are then not scored, and too few remained.
-const SHORT: &str = r#"
-[meter]
-event = "task-clock"
-[trial]
-warmup_ms = 150
-window_ms = 400
-[gate]
-min_completed = 50
-[compare]
-samples = 6
-threshold = 0.3
-[duet]
-window_ms = 400
-"#;
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name();
-        if name == "results" {
-            continue;
-        }
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(&name));
-        } else {
-            std::fs::copy(e.path(), to.join(&name)).unwrap();
-        }
-    }
-}
-
-/// A git repository holding the example at its own path, its harness.toml
-/// with [`SHORT`] added, and `playbook` entries beside its own.
-fn example_repo(playbook: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    copy_dir(&repo_root().join(EXAMPLE), &root.join(EXAMPLE));
-    let config = root.join(EXAMPLE).join("harness.toml");
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "[run]\n",
-        "[run]\nsmoke_window_ms = 200\nprofile = false\nsuspicious_gain = 20.0\n",
-    );
-    std::fs::write(&config, format!("{text}{SHORT}")).unwrap();
-    for (name, entry) in playbook {
-        std::fs::write(
-            root.join(EXAMPLE)
-                .join("knowledge-base/playbook")
-                .join(format!("{name}.toml")),
-            entry,
-        )
-        .unwrap();
-    }
-    init_repo(root, "the example");
-    (dir, config)
-}
-
-fn ratchet_with(config: &Path, args: &[&str]) -> Output {
-    Command::new(ratchet())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn compare(config: &Path, arms: &[&str]) -> serde_json::Value {
-    let out = ratchet_with(config, &[&["compare"], arms, &["--json"]].concat());
-    assert!(out.status.success(), "{}", cli::show(&out));
-    serde_json::from_slice(&out.stdout).expect("compare --json prints JSON")
-}
-
-/// `ratchet check`: each arm's gate in two short samples, no ratio. It
-/// fails when a gate does, so its document is read either way.
-fn check(config: &Path, arms: &[&str]) -> serde_json::Value {
-    let quick = ["--json", "--window-ms", "400", "--warmup-ms", "150"];
-    let out = ratchet_with(config, &[&["check"], arms, &quick].concat());
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("check --json prints JSON ({e}): {}", cli::show(&out)))
-}
 
 /// A playbook entry that breaks the example, written against its source.
 fn breaking(order: u32, id: &str, path: &str, search: &str, replace: &str) -> String {
@@ -114,7 +29,7 @@ fn breaking(order: u32, id: &str, path: &str, search: &str, replace: &str) -> St
 #[test]
 fn the_worked_example_compares_and_runs_from_its_own_config() {
     let _g = exclusive();
-    let (dir, config) = example_repo(&[]);
+    let (dir, config) = example_repo(EXAMPLE, &[]);
     let report = compare(&config, &["treatment", "playbook:single-send-response"]);
     for i in 0..2 {
         let a = arm(&report, i);
@@ -215,7 +130,7 @@ fn every_response_of_a_keep_alive_connection_is_judged() {
         ),
     ];
     let playbook: Vec<(&str, &str)> = entries.iter().map(|(n, e)| (*n, e.as_str())).collect();
-    let (_dir, config) = example_repo(&playbook);
+    let (_dir, config) = example_repo(EXAMPLE, &playbook);
     let report = check(
         &config,
         &[

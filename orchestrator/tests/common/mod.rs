@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod cli;
 pub mod devtools;
+pub mod example;
 pub mod referee;
 pub mod run_loop;
 
