@@ -11,7 +11,7 @@ use super::{arms, Cli};
 use crate::bench::load::endurance;
 use crate::bench::samples::Samples;
 use crate::config::Config;
-use crate::referee::{compare, format};
+use crate::referee::{format, report};
 use crate::review::progress;
 use crate::session::Session;
 
@@ -66,7 +66,7 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<()> {
         &mut samples,
         "",
     )?;
-    let mut report = compare::report(
+    let mut report = report::report(
         &arms.iter().map(|a| a.label.clone()).collect::<Vec<_>>(),
         &samples,
         session.config().compare.threshold,

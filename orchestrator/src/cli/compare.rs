@@ -8,7 +8,7 @@ use super::measure::MeasureArgs;
 use super::{arms, Cli};
 use crate::bench::samples::Samples;
 use crate::config::Config;
-use crate::referee::{compare, format};
+use crate::referee::{format, report};
 use crate::review::progress;
 use crate::session::Session;
 
@@ -62,7 +62,7 @@ pub fn run(cli: &Cli, args: &CompareArgs) -> Result<()> {
     }
     let env = arms::fingerprint(&session, &arms);
     let labels: Vec<String> = arms.iter().map(|a| a.label.clone()).collect();
-    let report = compare::report(
+    let report = report::report(
         &labels,
         &samples,
         session.config().compare.threshold,

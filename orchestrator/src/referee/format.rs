@@ -1,52 +1,15 @@
 //! Human-readable rendering of comparison results (the number formats
 //! every command's text shares are in [`crate::referee::figures`]). JSON
-//! output is the serialized [`crate::referee::compare::CompareReport`]
+//! output is the serialized [`crate::referee::report::CompareReport`]
 //! itself.
 
 use crate::bench::config::Schedule;
 use crate::bench::load::gate;
-use crate::referee::compare::{ArmSummary, CompareReport, Comparison};
+use crate::referee::compare::{ArmSummary, Comparison};
+use crate::referee::cross_checks;
 use crate::referee::figures::{fmt_ci, fmt_ratio, opt, percent};
+use crate::referee::report::CompareReport;
 use crate::referee::verdict::Verdict;
-
-/// The cgroups' CPU time against the counters' task-clock, all arms
-/// together and per arm. Together they agree closely; per arm they do not
-/// always, because cgroup accounting can charge one server's share of a
-/// shared core to its neighbour (measured here: an idle-heavy server beside
-/// a spinning one read 1.39, its neighbour 0.91, the sum 1.01), so this is
-/// reported, not gated.
-fn cgroup_cross_check(r: &CompareReport) -> String {
-    let sums = |arm: Option<usize>| {
-        let (mut cg, mut tc) = (0u64, 0u64);
-        for (i, trials) in r.trials.iter().enumerate() {
-            if arm.is_some_and(|a| a != i) {
-                continue;
-            }
-            for t in trials {
-                if let Some(c) = t.meter_delta.cgroup_ns {
-                    cg += c;
-                    tc += t.meter_delta.task_clock_ns;
-                }
-            }
-        }
-        (tc > 0).then(|| cg as f64 / tc as f64)
-    };
-    let Some(all) = sums(None) else {
-        return String::new();
-    };
-    let per_arm: Vec<String> = (0..r.trials.len())
-        .filter_map(|i| sums(Some(i)).map(|x| format!("{x:.2}")))
-        .collect();
-    format!(
-        "cross-check: the servers' cgroups used {all:.3}x the CPU time their counters saw (per arm {}){}\n",
-        per_arm.join(", "),
-        if (all - 1.0).abs() > 0.1 {
-            ": more than 10% apart, something on the core ran unmetered or the counters missed it"
-        } else {
-            ""
-        }
-    )
-}
 
 /// The table `compare` and `check` print: how it was measured, one row per
 /// arm, each arm's ratio to the baseline, and what the costs leave out.
@@ -65,9 +28,9 @@ pub fn compare_table(r: &CompareReport) -> String {
         out += &arm_notes(a, r.sample_count, w);
     }
     out += &ratios(r, w);
-    out += &unaccounted_share(r);
-    out += &cgroup_cross_check(r);
-    out += &generator_limit(r);
+    out += &cross_checks::unaccounted_share(r);
+    out += &cross_checks::cgroup_cross_check(r);
+    out += &cross_checks::generator_limit(r);
     out
 }
 
@@ -239,48 +202,6 @@ fn change(c: &Comparison) -> String {
     }
 }
 
-/// The share of the SUT core's busy time no arm's counters saw: what every
-/// cost per connection leaves out.
-fn unaccounted_share(r: &CompareReport) -> String {
-    let mut unaccounted: Vec<f64> = r
-        .trials
-        .iter()
-        .flatten()
-        .filter_map(|t| t.sut_unaccounted)
-        .collect();
-    if unaccounted.is_empty() {
-        return String::new();
-    }
-    unaccounted.sort_by(f64::total_cmp);
-    format!(
-        "\nSUT core: {:.1}% of its busy time (median over samples, range {:.1}-{:.1}%) ran in no arm: kernel threads, interrupts, other processes\n",
-        100.0 * unaccounted[unaccounted.len() / 2],
-        100.0 * unaccounted[0],
-        100.0 * unaccounted[unaccounted.len() - 1]
-    )
-}
-
-/// Where the generator, not the servers, set the pace: throughput then
-/// says nothing of the servers.
-fn generator_limit(r: &CompareReport) -> String {
-    let busy = r
-        .arms
-        .iter()
-        .filter_map(|a| a.generator_busy)
-        .fold(0.0, f64::max);
-    let sut = r.arms.iter().map(|a| a.sut_busy).fold(0.0, f64::max);
-    if busy > 0.9 && sut < 0.9 {
-        format!(
-            "\nnote: the load generator used {:.0}% of its cores while the SUT core was at most {:.0}% busy: \
-             the generator, not the server, is the limit; costs per connection remain comparable, throughput does not.\n",
-            busy * 100.0,
-            sut * 100.0
-        )
-    } else {
-        String::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,7 +210,8 @@ mod tests {
     use crate::bench::host::trial::{Latency, Measurement};
     use crate::bench::load::gate::GateResult;
     use crate::bench::meters::meter::{MeterEvent, MeterReading};
-    use crate::referee::compare::{CostSummary, MeterInfo};
+    use crate::referee::compare::CostSummary;
+    use crate::referee::report::MeterInfo;
 
     fn arm(name: &str, cost: f64, gate: GateResult) -> ArmSummary {
         ArmSummary {

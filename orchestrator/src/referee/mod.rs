@@ -4,6 +4,7 @@
 
 pub mod compare;
 pub mod config;
+pub mod cross_checks;
 pub mod figures;
 pub mod format;
 pub mod judge;
@@ -11,5 +12,6 @@ pub mod keep;
 #[cfg(test)]
 mod planted_tests;
 pub mod posterior;
+pub mod report;
 pub mod stats;
 pub mod verdict;

@@ -216,7 +216,8 @@ mod tests {
         let mut c = Command::new("sh");
         c.args(["-c", &script]);
         let (_, out) =
-            super::super::run_bounded_in(c, Duration::from_secs(10), view.map(Into::into)).unwrap();
+            super::super::bounded::run_bounded_in(c, Duration::from_secs(10), view.map(Into::into))
+                .unwrap();
         out
     }
 
