@@ -138,6 +138,7 @@ pub fn run_trial(
         alive,
         held_connections,
         s,
+        b.backlog,
     ))
 }
 
@@ -147,6 +148,7 @@ fn measurement(
     alive: bool,
     held_connections: u64,
     s: &TrialSettings,
+    backlog: usize,
 ) -> Measurement {
     let mut evidence = GateEvidence {
         alive,
@@ -198,8 +200,10 @@ fn measurement(
         busy.as_secs_f64() / span.as_secs_f64()
     };
     let per_conn = |x: u64| (completed > 0).then(|| x as f64 / completed as f64);
+    let mut gate = gate::check(&evidence, &s.gate);
+    gate.detail.extend(refused(&evidence, backlog));
     Measurement {
-        gate: gate::check(&evidence, &s.gate),
+        gate,
         window_completed: completed,
         window_s,
         throughput_cps: if window_s > 0.0 {
@@ -343,6 +347,21 @@ fn until_still(
     }
 }
 
+/// Why connections were refused, where the batch itself is the likely
+/// cause: the backlog is queued while the server is stopped, so a server
+/// whose listen backlog is shorter refuses the rest, which no live client
+/// would see. std's `TcpListener`, for one, listens with 128.
+fn refused(evidence: &GateEvidence, backlog: usize) -> Option<String> {
+    let refused = evidence.failures[Failure::Connect.index()];
+    (refused > 0).then(|| {
+        format!(
+            "{refused} connections were refused while the server was stopped with {backlog} queued: \
+             its listen backlog is likely shorter (std's TcpListener listens with 128); listen with a \
+             longer one, or set emulator.backlog to at most its length"
+        )
+    })
+}
+
 /// A client that connected and sent its requests, all at once (and, when
 /// the client closes, shut its side down after them); the server,
 /// stopped, has seen none of it.
@@ -397,5 +416,20 @@ fn read_and_check(c: &mut TcpStream, contract: &Contract) -> Result<(), Failure>
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Err(Failure::Timeout),
             Err(_) => return Err(Failure::Reset),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_connections_point_at_the_listen_backlog() {
+        let mut e = GateEvidence::default();
+        assert_eq!(refused(&e, 256), None);
+        e.failures[Failure::Connect.index()] = 254;
+        let why = refused(&e, 256).unwrap();
+        assert!(why.starts_with("254 connections were refused"), "{why}");
+        assert!(why.contains("emulator.backlog"), "{why}");
     }
 }
