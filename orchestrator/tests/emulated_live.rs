@@ -87,8 +87,11 @@ fn a_server_that_naps_beside_live_clients_is_reported_not_saturated() {
     let r = compare(&[&ok, &bursty]);
     assert_eq!(r["arms"][0]["unsaturated_samples"], 0, "{}", r["arms"]);
     assert_eq!(r["arms"][1]["unsaturated_samples"], 6, "{}", r["arms"]);
+    // Well under the 0.9 a saturated window needs, not at a measured value:
+    // the naps' share of a window follows how the guest's clock runs
+    // against its count (0.52 on a fresh clone here, 2026-12-06).
     assert!(
-        r["arms"][1]["sut_busy"].as_f64().unwrap() < 0.5,
+        r["arms"][1]["sut_busy"].as_f64().unwrap() < 0.75,
         "{}",
         r["arms"]
     );
