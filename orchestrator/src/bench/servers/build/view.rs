@@ -38,15 +38,9 @@ impl BuildView {
     /// The view exposing `toolchain` to `user`; None when the user can
     /// already reach every directory of it.
     pub fn plan(toolchain: &[PathBuf], user: &BuildUser) -> Result<Option<Self>> {
-        let stage = tempfile::Builder::new().prefix("ratchet-view-").tempdir()?;
-        let mut view = BuildView {
-            binds: vec![],
-            covers: vec![],
-            dirs: vec![],
-            covered: vec![],
-            _stage: stage,
-        };
-        for (i, dir) in toolchain.iter().enumerate() {
+        let mut hidden = vec![];
+        let mut covered: Vec<PathBuf> = vec![];
+        for dir in toolchain {
             if !may_read(dir, user) {
                 bail!(
                     "target.toolchain: {} is not readable by {} (uid {}): a toolchain's own \
@@ -59,31 +53,36 @@ impl BuildView {
             let Some(closed) = first_closed_dir(dir, user) else {
                 continue;
             };
-            let staged = view._stage.path().join(i.to_string());
-            std::fs::create_dir(&staged)?;
-            view.binds.push((c_path(dir)?, c_path(&staged)?));
-            if !view.covered.iter().any(|c| closed.starts_with(c)) {
-                view.covered.retain(|c| !c.starts_with(&closed));
-                view.covered.push(closed);
+            hidden.push(dir);
+            if !covered.iter().any(|c| closed.starts_with(c)) {
+                covered.retain(|c| !c.starts_with(&closed));
+                covered.push(closed);
             }
         }
-        if view.binds.is_empty() {
+        if hidden.is_empty() {
             return Ok(None);
         }
-        view.covers = view
-            .covered
-            .iter()
-            .map(|c| c_path(c))
-            .collect::<Result<_>>()?;
-        let mut dirs: Vec<&Path> = toolchain
+        let stage = tempfile::Builder::new().prefix("ratchet-view-").tempdir()?;
+        let mut binds = vec![];
+        for (i, dir) in hidden.iter().enumerate() {
+            let staged = stage.path().join(i.to_string());
+            std::fs::create_dir(&staged)?;
+            binds.push((c_path(dir)?, c_path(&staged)?));
+        }
+        let mut dirs: Vec<&Path> = hidden
             .iter()
             .flat_map(|d| d.ancestors())
-            .filter(|a| view.covered.iter().any(|c| a.starts_with(c) && a != c))
+            .filter(|a| covered.iter().any(|c| a.starts_with(c) && a != c))
             .collect();
-        dirs.sort_by_key(|d| d.components().count());
+        dirs.sort_by_key(|d| (d.components().count(), *d));
         dirs.dedup();
-        view.dirs = dirs.into_iter().map(c_path).collect::<Result<_>>()?;
-        Ok(Some(view))
+        Ok(Some(BuildView {
+            binds,
+            covers: covered.iter().map(|c| c_path(c)).collect::<Result<_>>()?,
+            dirs: dirs.into_iter().map(c_path).collect::<Result<_>>()?,
+            covered,
+            _stage: stage,
+        }))
     }
 
     /// What the build sees, for `doctor`.
