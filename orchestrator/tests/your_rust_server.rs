@@ -8,7 +8,7 @@
 mod common;
 
 use common::cli::show;
-use common::example::{check, compare, example_repo, ratchet_with};
+use common::example::{check, compare, example_repo, ratchet_with, run_three};
 use common::referee::arm;
 use common::*;
 
@@ -47,28 +47,5 @@ fn the_rust_example_builds_from_a_home_toolchain_and_runs() {
     let calls = |i| arm(&report, i)["syscalls_per_connection"].as_f64().unwrap();
     assert!(calls(1) < calls(0) - 0.5, "{} -> {}", calls(0), calls(1));
 
-    let out = ratchet_with(&config, &["run", "--max-iterations", "3"]);
-    let log = show(&out);
-    assert!(out.status.success(), "{log}");
-    let (_, run_dir) = only_run(&dir.path().join(EXAMPLE));
-    let attempts = attempts(&run_dir);
-    assert_eq!(attempts.len(), 3, "{}", verdict_details(&run_dir));
-    for a in &attempts {
-        let v = a["verdict"].as_str().unwrap();
-        assert!(
-            ["keep", "discard", "promising", "no_op"].contains(&v),
-            "{}",
-            verdict_details(&run_dir)
-        );
-    }
-    let run = run_json(&run_dir);
-    assert_eq!(run["status"], "stopped", "{run}");
-    let branch = run["branch"].as_str().unwrap();
-    let changed = git(dir.path(), &["diff", "--name-only", "main", branch]);
-    for path in changed.lines() {
-        assert!(
-            path.starts_with(&format!("{EXAMPLE}/server/src/")),
-            "{path}"
-        );
-    }
+    run_three(dir.path(), EXAMPLE, &config);
 }

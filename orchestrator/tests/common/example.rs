@@ -93,3 +93,42 @@ pub fn check(config: &Path, arms: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("check --json prints JSON ({e}): {}", cli::show(&out)))
 }
+
+/// A 3-attempt `run` of `example` from `config`, checked as every example's
+/// is: it ends on its budget, each attempt was decided, and its branch
+/// touches the server's sources and nothing else. Returns the run's output,
+/// attempts and `run.json` for the example's own checks.
+pub fn run_three(
+    root: &Path,
+    example: &str,
+    config: &Path,
+) -> (String, Vec<serde_json::Value>, serde_json::Value) {
+    let out = ratchet_with(config, &["run", "--max-iterations", "3"]);
+    let log = cli::show(&out);
+    assert!(out.status.success(), "{log}");
+    let (_, run_dir) = only_run(&root.join(example));
+    let attempts = attempts(&run_dir);
+    assert_eq!(attempts.len(), 3, "{}", verdict_details(&run_dir));
+    for a in &attempts {
+        let v = a["verdict"].as_str().unwrap();
+        assert!(
+            ["keep", "discard", "promising", "no_op"].contains(&v),
+            "{}",
+            verdict_details(&run_dir)
+        );
+    }
+    let run = run_json(&run_dir);
+    assert_eq!(
+        run["status"], "stopped",
+        "three attempts, then the budget: {run}"
+    );
+    let branch = run["branch"].as_str().unwrap();
+    let changed = git(root, &["diff", "--name-only", "main", branch]);
+    for path in changed.lines() {
+        assert!(
+            path.starts_with(&format!("{example}/server/src/")),
+            "{path}"
+        );
+    }
+    (log, attempts, run)
+}
