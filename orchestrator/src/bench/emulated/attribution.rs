@@ -78,7 +78,7 @@ impl Attribution {
 /// Boots a guest of the configured regime's vCPUs that runs every known
 /// load of `turns` turns on each vCPU, markers honoured on all of them.
 pub fn attribute(e: &Emulator, turns: u64, dir: &Path) -> Result<Attribution> {
-    let mut img = base_image(e)?;
+    let mut img = base_image(e, dir)?;
     let plan = GuestPlan {
         arms: vec![],
         samples: 0,

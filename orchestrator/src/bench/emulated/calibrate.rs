@@ -38,7 +38,7 @@ impl Calibration {
 
 /// Boots a guest that runs the calibration loop of `turns` turns.
 pub fn calibrate(e: &Emulator, turns: u64, dir: &Path) -> Result<Calibration> {
-    let mut img = base_image(e)?;
+    let mut img = base_image(e, dir)?;
     let settings = TrialSettings::defaults(vec![0]);
     let plan = GuestPlan {
         arms: vec![],

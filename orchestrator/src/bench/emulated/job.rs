@@ -44,7 +44,7 @@ impl Job<'_> {
             let dir = dir.join(format!("attempt-{attempt}"));
             std::fs::create_dir_all(&dir)?;
             let initrd = dir.join("initrd.cpio");
-            self.image(&live)?.write(&initrd)?;
+            self.image(&live, &dir)?.write(&initrd)?;
             let run = vm::run(self.e, &dir, &initrd, self.seed, vm::Markers::OffTheServer)?;
             tracing::info!(
                 "guest {}: {} samples of {} arms, {} in {:.1} s",
@@ -111,8 +111,8 @@ impl Job<'_> {
         unreachable!("the loop returns")
     }
 
-    fn image(&self, live: &[usize]) -> Result<Image> {
-        let mut img = base_image(self.e)?;
+    fn image(&self, live: &[usize], dir: &Path) -> Result<Image> {
+        let mut img = base_image(self.e, dir)?;
         for &i in live {
             for p in programs_of(&self.arms[i]) {
                 img.program(&p)
