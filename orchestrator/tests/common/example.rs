@@ -20,6 +20,7 @@ warmup_ms = 150
 window_ms = 400
 [gate]
 min_completed = 50
+endurance_connections = 10000
 [compare]
 samples = 6
 threshold = 0.3

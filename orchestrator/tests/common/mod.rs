@@ -168,6 +168,9 @@ warmup_ms = 150
 window_ms = 400
 [gate]
 min_completed = 50
+# The least that shows growth past a warm-up (100,000 by default, 6-12 s a
+# keep); tests/referee_endurance.rs holds the default.
+endurance_connections = 10000
 [compare]
 blocks = 6
 threshold = 0.3
