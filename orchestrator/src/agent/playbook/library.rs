@@ -216,6 +216,45 @@ pub(crate) mod tests {
         }
     }
 
+    /// An entry that requires others is tried only on a champion that kept
+    /// them, so it is checked there: on the vanilla server with its
+    /// prerequisites (theirs first) applied in the playbook's order.
+    #[test]
+    fn every_entry_applies_on_its_prerequisites_and_compiles() {
+        let entries = load(&root().join("knowledge-base/playbook")).unwrap();
+        let by_id = |id: &str| entries.iter().find(|e| e.id == id).unwrap();
+        for e in entries.iter().filter(|e| !e.requires.is_empty()) {
+            let mut needed: Vec<&Entry> = Vec::new();
+            let mut open: Vec<&str> = e.requires.iter().map(String::as_str).collect();
+            while let Some(id) = open.pop() {
+                let r = by_id(id);
+                if !needed.iter().any(|n| n.id == r.id) {
+                    open.extend(r.requires.iter().map(String::as_str));
+                    needed.push(r);
+                }
+            }
+            needed.sort_by_key(|n| n.order);
+            let mut files = vanilla();
+            for n in needed {
+                assert!(n.param.is_none(), "{} requires a parameter, {}", e.id, n.id);
+                files = edit::apply_all(&files, &n.edits)
+                    .unwrap_or_else(|err| panic!("{}'s prerequisite {}: {err}", e.id, n.id));
+            }
+            let edits = match &e.param {
+                Some(p) => {
+                    let text = &files[&p.path];
+                    let current = p.current(text).expect("the parameter's #define");
+                    let first = p.candidates(current, &|_| false)[0];
+                    vec![p.edit(text, first).unwrap()]
+                }
+                None => e.edits.clone(),
+            };
+            let files = edit::apply_all(&files, &edits)
+                .unwrap_or_else(|err| panic!("{} on its prerequisites: {err}", e.id));
+            compiles(&files).unwrap_or_else(|err| panic!("{} does not compile:\n{err}", e.id));
+        }
+    }
+
     #[test]
     fn keeping_everything_in_order_compiles_at_every_step() {
         let entries = load(&root().join("knowledge-base/playbook")).unwrap();
