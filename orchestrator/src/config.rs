@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use crate::agent::config::AgentsConfig;
 use crate::agent::search::SearchConfig;
 use crate::agent::PlaybookSettings;
-use crate::bench::config::{
-    BuildConfig, ContractConfig, DuetConfig, GateConfig, LoadConfig, TrialConfig, TrialSections,
-};
-use crate::bench::emulated::EmulatorConfig;
-use crate::bench::host::ration::SaturationConfig;
+use crate::bench::config::{BuildConfig, DuetConfig, LoadConfig, TrialConfig, TrialSections};
 use crate::bench::host::trial::TrialSettings;
+use crate::bench::load::contract::ContractConfig;
+use crate::bench::load::gate::GateConfig;
+use crate::bench::meters::emulator::EmulatorConfig;
 use crate::bench::meters::meter::MeterConfig;
+use crate::bench::regime::SaturationConfig;
 use crate::bench::servers::arm::ArmSpec;
 use crate::bench::servers::target::TargetConfig;
 use crate::check::range;

@@ -33,7 +33,8 @@ fn read(path: &str) -> Option<String> {
 /// a guest boots and runs the calibration loop, which must be counted to
 /// the instruction.
 fn emulated_meter(config: &Config) -> Check {
-    use crate::bench::emulated::{calibrate, Emulator};
+    use crate::bench::emulated::calibrate;
+    use crate::bench::meters::emulator::Emulator;
     const TURNS: u64 = 100_000;
     let e = match Emulator::locate(&config.emulator) {
         Ok(e) => e,
@@ -73,7 +74,8 @@ fn emulated_meter(config: &Config) -> Check {
 /// Whether the plugin counts each instruction on the vCPU that ran it, in
 /// a guest of the live regime's vCPUs: its cost is one vCPU's count.
 fn emulated_attribution(config: &Config) -> Check {
-    use crate::bench::emulated::{attribution, Emulator, WorkloadRegime};
+    use crate::bench::emulated::attribution;
+    use crate::bench::meters::emulator::{Emulator, WorkloadRegime};
     const TURNS: u64 = 20_000;
     let mut live = config.emulator.clone();
     live.regime = WorkloadRegime::Live;
@@ -174,7 +176,7 @@ fn uring_features() -> Vec<Check> {
 
 /// Whether servers can be measured busy here (see [`crate::bench::host::ration`]).
 fn regime(config: &Config, containment: &crate::bench::servers::cgroup::Containment) -> Check {
-    use crate::bench::host::ration::Regime;
+    use crate::bench::regime::Regime;
     match (config.saturation.regime, containment.cannot_ration()) {
         (Regime::Idle, _) => check(
             false,

@@ -1,7 +1,7 @@
 //! The tree is the architecture: imports run one way between the stages
-//! (bench <- referee <- agent <- config <- record <- session <- run, review),
-//! no module imports in a circle, and no file grows past what a reader takes
-//! in at once.
+//! (bench <- referee <- agent <- config <- record <- session <- run, review)
+//! and between the bench's folders, no module imports in a circle, and no
+//! file grows past what a reader takes in at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -154,6 +154,99 @@ fn an_import_up_or_across_the_stages_is_refused() {
     assert_eq!(
         against_the_stages(&g),
         vec!["bench::trial -> config", "review::replay -> run::iterate"]
+    );
+}
+
+/// The bench's floors, from the bottom up, read as its pipeline: what
+/// counts (meters) knows no server; servers are built and launched without
+/// knowing who loads them; the load and its gate know no host; what a
+/// measurement is and the regime it ran in sit above them; the samples that
+/// cross the seam, and the seam itself; then the two measuring hosts, this
+/// machine and the emulated one, which borrows the host's trial; and at the
+/// top the one place that chooses between them. A module imports its own
+/// floor and the floors below it.
+const BENCH_FLOORS: &[(&str, u32)] = &[
+    ("bench::meters", 0),
+    ("bench::servers", 1),
+    ("bench::load", 2),
+    ("bench::config", 3),
+    ("bench::environment", 3),
+    ("bench::meaning", 3),
+    ("bench::measurement", 3),
+    ("bench::regime", 3),
+    ("bench::samples", 4),
+    ("bench::measuring", 4),
+    ("bench::host", 5),
+    ("bench::emulated", 6),
+    ("bench::choice", 7),
+    ("bench::profiling", 7),
+];
+
+/// `bench::host::trial` -> the floor of `bench::host`; None outside the
+/// bench, and for the bench's own root, which only declares its folders.
+fn floor(module: &str) -> Option<u32> {
+    BENCH_FLOORS
+        .iter()
+        .find(|(f, _)| module == *f || module.starts_with(&format!("{f}::")))
+        .map(|&(_, n)| n)
+}
+
+/// The imports inside the bench that climb its floors, as `from -> to`.
+fn up_the_floors(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (m, deps) in g {
+        let Some(from) = floor(m) else { continue };
+        for d in deps {
+            if floor(d).is_some_and(|to| to > from) {
+                bad.push(format!("{m} -> {d}"));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn every_bench_module_is_on_a_floor() {
+    let unplaced: Vec<String> = graph()
+        .into_keys()
+        .filter(|m| m.starts_with("bench::") && floor(m).is_none())
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "bench modules on no floor: {unplaced:?}"
+    );
+}
+
+#[test]
+fn every_import_in_the_bench_runs_down_its_floors() {
+    let bad = up_the_floors(&graph());
+    assert!(bad.is_empty(), "bench imports up its floors: {bad:?}");
+}
+
+/// The check must see a climb: a meter that reads the host's trial, and a
+/// server that reads its samples, are refused; the host reading a server is
+/// not.
+#[test]
+fn an_import_up_the_bench_floors_is_refused() {
+    let mut g = BTreeMap::new();
+    g.insert(
+        "bench::meters::meter".to_string(),
+        BTreeSet::from(["bench::host::trial".to_string()]),
+    );
+    g.insert(
+        "bench::servers::launch".to_string(),
+        BTreeSet::from(["bench::samples".to_string()]),
+    );
+    g.insert(
+        "bench::host::trial".to_string(),
+        BTreeSet::from(["bench::servers::launch".to_string()]),
+    );
+    assert_eq!(
+        up_the_floors(&g),
+        vec![
+            "bench::meters::meter -> bench::host::trial",
+            "bench::servers::launch -> bench::samples"
+        ]
     );
 }
 

@@ -16,7 +16,7 @@ pub mod scratch;
 pub mod search;
 pub mod structured;
 
-use crate::bench::config::ContractConfig;
+use crate::bench::load::contract::ContractConfig;
 use crate::bench::servers::target::TargetConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

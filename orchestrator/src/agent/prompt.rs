@@ -15,8 +15,8 @@
 
 use super::budget::{self, Budget, Keep, Optional, Overflow};
 use super::{Origin, ProposalContext};
-use crate::bench::config::ContractConfig;
 use crate::bench::load::contract::Closer;
+use crate::bench::load::contract::ContractConfig;
 
 /// Display order of the optional parts.
 const LESSONS: usize = 0;

@@ -1,74 +1,18 @@
-//! The bench's sections of `harness.toml`: the contract, the load, one
-//! trial's timing, the gate, the duet and the build. They live in the stage
-//! that reads them, so the bench compiles without knowing the whole file;
-//! `crate::config` composes them. The schedule is here too: it is a setting
-//! (`compare.schedule`) before it is a way of running arms.
+//! The bench's sections of `harness.toml` that its hosts read: the load,
+//! one trial's timing, the duet and the build. They live in the stage that
+//! reads them, so the bench compiles without knowing the whole file;
+//! `crate::config` composes them. The contract's and the gate's sections
+//! live lower, beside what reads them (`bench/load/`). The schedule is here
+//! too: it is a setting (`compare.schedule`) before it is a way of running
+//! arms.
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
-use crate::bench::host::ration::SaturationConfig;
-use crate::bench::load::contract::{Closer, Contract, Shape, Template};
+use crate::bench::load::contract::ContractConfig;
+use crate::bench::load::gate::GateConfig;
+use crate::bench::regime::SaturationConfig;
 use crate::check::range;
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ContractConfig {
-    pub request: String,
-    /// `{name}` is the variable part `fields[name]`; `{{` and `}}` are
-    /// literal braces.
-    pub response: String,
-    pub requests_per_connection: u32,
-    pub closes: Closer,
-    pub fields: BTreeMap<String, Shape>,
-}
-
-impl Default for ContractConfig {
-    fn default() -> Self {
-        Self {
-            request: "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".into(),
-            response: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".into(),
-            requests_per_connection: 1,
-            closes: Closer::Server,
-            fields: BTreeMap::new(),
-        }
-    }
-}
-
-impl ContractConfig {
-    pub fn validate(&self) -> Result<()> {
-        if self.request.is_empty() {
-            bail!("contract.request must not be empty");
-        }
-        if self.response.is_empty() {
-            bail!("contract.response must not be empty");
-        }
-        range(
-            "contract.requests_per_connection",
-            self.requests_per_connection as f64,
-            1.0,
-            10_000.0,
-        )?;
-        self.template()?;
-        Ok(())
-    }
-
-    fn template(&self) -> Result<Template> {
-        Template::parse("contract.response", &self.response, &self.fields)
-    }
-
-    pub fn contract(&self) -> Contract {
-        Contract {
-            request: self.request.as_bytes().to_vec(),
-            response: self
-                .template()
-                .expect("validated when the configuration loaded"),
-            requests: self.requests_per_connection,
-            closer: self.closes,
-        }
-    }
-}
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -123,46 +67,6 @@ impl TrialConfig {
             10.0,
             600_000.0,
         )
-    }
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GateConfig {
-    pub max_failure_rate: f64,
-    pub min_completed: u64,
-    /// Before a keep and in `check`: connections one server process serves
-    /// on the host, its memory and descriptors read for growth
-    /// (`bench/load/endurance.rs`); 0: off.
-    pub endurance_connections: u64,
-    /// ...within this long, or it has served too few.
-    pub endurance_seconds: u64,
-}
-
-impl Default for GateConfig {
-    fn default() -> Self {
-        Self {
-            max_failure_rate: 0.0001,
-            min_completed: 1000,
-            endurance_connections: 100_000,
-            endurance_seconds: 120,
-        }
-    }
-}
-
-impl GateConfig {
-    pub fn validate(&self) -> Result<()> {
-        range("gate.max_failure_rate", self.max_failure_rate, 0.0, 1.0)?;
-        if self.endurance_connections > 0 && self.endurance_connections < 10_000 {
-            bail!(
-                "gate.endurance_connections must be 0 (off) or at least 10000, got {}: fewer cannot show growth past a warm-up",
-                self.endurance_connections
-            );
-        }
-        if self.endurance_connections > 0 && self.endurance_seconds == 0 {
-            bail!("gate.endurance_seconds must be above 0 while gate.endurance_connections is on");
-        }
-        Ok(())
     }
 }
 

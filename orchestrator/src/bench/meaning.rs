@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::bench::emulated::WorkloadRegime;
+use crate::bench::meters::emulator::WorkloadRegime;
 use crate::bench::meters::meter::MeterPlan;
 
 /// A measurement setting given on the command line.
@@ -54,7 +54,7 @@ pub fn refuse_ignored(plan: &MeterPlan, given: &[(&str, Setting)]) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::emulated::{Emulator, EmulatorConfig};
+    use crate::bench::meters::emulator::{Emulator, EmulatorConfig};
     use crate::bench::meters::meter::{MeterEvent, MeterSource};
     use std::sync::Arc;
 

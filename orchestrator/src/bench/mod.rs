@@ -2,12 +2,15 @@
 //! built and launched here, loaded by the generator, metered, gated and run
 //! on a schedule; nothing here judges or records.
 //!
-//! By job: `servers/` (arms, builds, launching, containment), `load/` (the
-//! generator, the contract, the gate, endurance), `meters/`, and the two
-//! measuring hosts, `host/` (this machine's regimes and schedules) and
-//! `emulated/`, behind the seam in `measuring/`. What crosses the seam:
-//! `samples.rs` and `measurement.rs`.
+//! By job, from the bottom floor up (`orchestrator/tests/layout.rs` ranks
+//! them): `meters/`, `servers/` (arms, builds, launching, containment),
+//! `load/` (the generator, the contract, the gate), what a trial is and the
+//! regime it ran in (`config.rs`, `regime.rs`, `measurement.rs`), the seam
+//! (`samples.rs`, `measuring/`), the two measuring hosts, `host/` (this
+//! machine's regimes and schedules) and `emulated/`, and `choice.rs`, which
+//! picks one.
 
+pub mod choice;
 pub mod config;
 pub mod emulated;
 pub mod environment;
@@ -17,5 +20,7 @@ pub mod meaning;
 pub mod measurement;
 pub mod measuring;
 pub mod meters;
+pub mod profiling;
+pub mod regime;
 pub mod samples;
 pub mod servers;

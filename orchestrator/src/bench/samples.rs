@@ -6,9 +6,9 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::bench::config::Schedule;
-use crate::bench::host::ration::RegimeRecord;
-use crate::bench::host::screen::Dropped;
-use crate::bench::host::trial::Measurement;
+use crate::bench::load::gate::GateResult;
+use crate::bench::measurement::Measurement;
+use crate::bench::regime::RegimeRecord;
 use crate::bench::servers::arm::Arm;
 
 /// Every trial of every arm so far: `trials[arm][block]`.
@@ -103,5 +103,41 @@ impl Samples {
 
     pub fn count(&self) -> usize {
         self.trials.first().map_or(0, Vec::len)
+    }
+}
+/// Where an arm was found not to serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Alone, before the probe (`bench/host/screen.rs`).
+    Screen,
+    /// In the probe, beside the other arms that passed the screen.
+    Probe,
+}
+
+/// An arm that was not measured, and the gate verdict that dropped it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dropped {
+    pub stage: Stage,
+    pub gate: GateResult,
+}
+
+impl Dropped {
+    /// The sample a dropped arm gets in every window or block: its gate
+    /// failed, and says where.
+    pub fn measurement(&self) -> Measurement {
+        let mut gate = self.gate.clone();
+        let stage = match self.stage {
+            Stage::Screen => "alone, before the probe",
+            Stage::Probe => "in the probe",
+        };
+        gate.detail.insert(
+            0,
+            format!("dropped {stage}: not measured beside the other arms"),
+        );
+        Measurement {
+            gate,
+            ..Default::default()
+        }
     }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::measure::MeasureArgs;
 use super::{arms, Cli};
-use crate::bench::load::endurance;
+use crate::bench::host::endurance;
 use crate::bench::samples::Samples;
 use crate::config::Config;
 use crate::referee::{format, report};

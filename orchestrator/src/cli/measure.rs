@@ -5,9 +5,9 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::bench::config::Schedule;
-use crate::bench::host::ration::Regime;
 use crate::bench::meaning::{self, Setting};
 use crate::bench::meters::meter::MeterChoice;
+use crate::bench::regime::Regime;
 use crate::config::Config;
 use crate::session::Session;
 

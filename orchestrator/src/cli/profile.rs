@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::measure::MeasureArgs;
 use super::{arms, Cli};
-use crate::bench::meters::profiling;
+use crate::bench::profiling;
 use crate::config::Config;
 use crate::session::Session;
 

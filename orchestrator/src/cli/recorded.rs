@@ -2,7 +2,7 @@
 //! the run, and, for replay and ablate, re-measuring it with its own
 //! settings on this machine and keeping the record.
 
-use crate::bench::emulated::WorkloadRegime;
+use crate::bench::meters::emulator::WorkloadRegime;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::agent::{Origin, Round, Usage};
 use crate::bench::environment::Fingerprint;
-use crate::bench::load::endurance::Endurance;
+use crate::bench::host::endurance::Endurance;
 use crate::bench::meters::meter::MeterEvent;
 use crate::bench::samples::Samples;
 use crate::config::Config;

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bench::host::endurance::Endurance;
 use crate::bench::host::trial::{Latency, Measurement};
-use crate::bench::load::endurance::Endurance;
 use crate::bench::load::gate::{self, GateResult};
 use crate::bench::samples::Samples;
 use crate::referee::stats;
@@ -219,7 +219,7 @@ pub struct ArmSummary {
     #[serde(default)]
     pub unsaturated_samples: usize,
     /// One process serving many connections, where it was run (`check`,
-    /// and a candidate about to be kept): see `bench/load/endurance.rs`.
+    /// and a candidate about to be kept): see `bench/host/endurance.rs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endurance: Option<Endurance>,
 }
@@ -283,7 +283,7 @@ impl Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::config::GateConfig;
+    use crate::bench::load::gate::GateConfig;
     use crate::bench::load::gate::GateEvidence;
 
     fn trial(cost: Option<f64>) -> Measurement {
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_dropped_arm_fails_with_the_verdict_that_dropped_it_counted_once() {
-        use crate::bench::host::screen::{Dropped, Stage};
+        use crate::bench::samples::{Dropped, Stage};
         let mut s = samples(&[Some(1.0); 6], &[None; 6]);
         let mut reasons = std::collections::BTreeMap::new();
         reasons.insert(gate::GateReason::WrongBytes, 3);

@@ -206,10 +206,11 @@ fn change(c: &Comparison) -> String {
 mod tests {
     use super::*;
     use crate::bench::environment::Fingerprint;
-    use crate::bench::host::ration::{Allotment, RegimeRecord};
     use crate::bench::host::trial::{Latency, Measurement};
     use crate::bench::load::gate::GateResult;
     use crate::bench::meters::meter::{MeterEvent, MeterReading};
+    use crate::bench::regime::RegimeRecord;
+    use crate::bench::servers::cgroup::Allotment;
     use crate::referee::compare::CostSummary;
     use crate::referee::report::MeterInfo;
 

@@ -10,8 +10,8 @@ use anyhow::Result;
 use std::time::{Duration, Instant};
 
 use crate::bench::config::Schedule;
+use crate::bench::host::endurance::{self, Endurance};
 use crate::bench::host::trial::{self, TrialSettings};
-use crate::bench::load::endurance::{self, Endurance};
 use crate::bench::load::gate;
 use crate::bench::meters::meter::MeterPlan;
 use crate::bench::samples::{Samples, Tampered};
@@ -206,7 +206,7 @@ pub fn judge(
 }
 
 /// Serves the candidate about to be kept many connections in one process
-/// (`bench/load/endurance.rs`); a leak or a crash there makes it invalid. Only
+/// (`bench/host/endurance.rs`); a leak or a crash there makes it invalid. Only
 /// keeps pay for it: a discard leaves nothing behind to leak.
 fn endure(j: &mut Judgement, plan: &MeterPlan, settings: &TrialSettings) -> Result<()> {
     let Some(candidate) = j.candidate.as_ref() else {

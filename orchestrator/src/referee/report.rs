@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::config::Schedule;
 use crate::bench::environment::Fingerprint;
-use crate::bench::host::ration::RegimeRecord;
-use crate::bench::host::screen::Dropped;
 use crate::bench::host::trial::Measurement;
 use crate::bench::meters::meter::{MeterEvent, MeterPlan, MeterSource};
+use crate::bench::regime::RegimeRecord;
+use crate::bench::samples::Dropped;
 use crate::bench::samples::Samples;
 use crate::referee::compare::{ArmSummary, Comparison};
 

@@ -4,8 +4,8 @@
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::bench::choice;
 use crate::bench::host::trial::TrialSettings;
-use crate::bench::measuring;
 use crate::bench::samples::Samples;
 use crate::bench::servers::arm::Arm;
 use crate::referee::compare::ratio_so_far;
@@ -32,7 +32,7 @@ pub fn measure(
     label: &str,
 ) -> Result<()> {
     let bar = bar(sample_count * arms.len());
-    let result = measuring::choice::host_for(&session.plan, settings).measure(
+    let result = choice::host_for(&session.plan, settings).measure(
         samples,
         arms,
         sample_count,

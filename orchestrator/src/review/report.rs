@@ -8,7 +8,7 @@ use anyhow::Result;
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::bench::emulated::WorkloadRegime;
+use crate::bench::meters::emulator::WorkloadRegime;
 use crate::bench::meters::profile::Profile;
 use crate::config::Config;
 use crate::record::lineage::{Lineage, Source};

@@ -21,9 +21,9 @@ use anyhow::Result;
 use std::time::Duration;
 
 use super::{say, Loop};
+use crate::bench::choice;
 use crate::bench::host::probe;
 use crate::bench::host::trial::TrialSettings;
-use crate::bench::measuring;
 use crate::bench::samples::Samples;
 use crate::bench::servers::arm::{with_control, Arm};
 use crate::record::journal::AaCheck;
@@ -170,11 +170,8 @@ impl Loop<'_> {
     ) -> Result<()> {
         self.bar
             .set_message("probing until the generator's capacity is steady");
-        let capacities = measuring::choice::host_for(&self.session.plan, settings).settle(
-            samples,
-            arms,
-            SETTLE_WITHIN,
-        )?;
+        let capacities =
+            choice::host_for(&self.session.plan, settings).settle(samples, arms, SETTLE_WITHIN)?;
         if capacities.len() > probe::SETTLED_AT_ONCE {
             let read: Vec<String> = capacities.iter().map(|c| format!("{c:.0}")).collect();
             say(

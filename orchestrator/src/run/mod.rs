@@ -27,10 +27,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::agent::Agent;
+use crate::bench::choice;
 use crate::bench::host::trial::TrialSettings;
 use crate::bench::meaning::{self, Setting};
-use crate::bench::measuring;
-use crate::bench::meters::profiling;
+use crate::bench::profiling;
 use crate::bench::samples::Samples;
 use crate::bench::servers::arm::{with_control, Arm};
 use crate::config::Config;
@@ -175,7 +175,7 @@ impl Loop<'_> {
         let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
         let standing = self.standing();
-        measuring::choice::host_for(&self.session.plan, settings).measure(
+        choice::host_for(&self.session.plan, settings).measure(
             samples,
             arms,
             sample_count,

@@ -276,11 +276,11 @@ mod tests {
         let cfg = crate::config::Config::default();
         assert_eq!(
             cfg.emulator.regime,
-            crate::bench::emulated::WorkloadRegime::Auto
+            crate::bench::meters::emulator::WorkloadRegime::Auto
         );
         assert_eq!(
             recorded_config(&cfg).emulator.regime,
-            crate::bench::emulated::WorkloadRegime::Backlog
+            crate::bench::meters::emulator::WorkloadRegime::Backlog
         );
     }
 

@@ -11,8 +11,8 @@ use std::path::Path;
 use super::guest::{GuestPlan, PLAN_PATH};
 use super::measure::{base_image, guest_settings};
 use super::vm::{self, Ending, Markers};
-use super::Emulator;
 use crate::bench::host::trial::TrialSettings;
+use crate::bench::meters::emulator::Emulator;
 use crate::bench::meters::marker::Load;
 
 /// One known load on one vCPU: every vCPU's instructions between its

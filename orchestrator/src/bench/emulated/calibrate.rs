@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::guest::{GuestPlan, CALIBRATION_REPEATS, PLAN_PATH};
 use super::measure::{base_image, guest_settings};
 use super::vm::{self, Ending};
-use super::Emulator;
 use crate::bench::host::trial::TrialSettings;
+use crate::bench::meters::emulator::Emulator;
 
 pub struct Calibration {
     /// What the loop executes: `2 * turns + 1` instructions.

@@ -4,8 +4,8 @@
 use anyhow::{Context, Result};
 
 use super::marks::Marks;
-use super::WorkloadRegime;
 use crate::bench::host::trial::{EmulatedCounts, Measurement};
+use crate::bench::meters::emulator::WorkloadRegime;
 
 /// Puts the plugin's counts over `m`'s windows in place of the guest's
 /// time: the server vCPU's live, the whole guest's for backlogs.

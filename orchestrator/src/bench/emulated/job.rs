@@ -14,9 +14,9 @@ use super::guest::{self, GuestPlan, GuestSettings};
 use super::image::Image;
 use super::measure::{base_image, guest_samples, name_profiles, programs_of};
 use super::vm::{self, Ending};
-use super::Emulator;
-use crate::bench::host::ration::RegimeRecord;
 use crate::bench::host::trial::failed_start;
+use crate::bench::meters::emulator::Emulator;
+use crate::bench::regime::RegimeRecord;
 use crate::bench::samples::Samples;
 use crate::bench::servers::arm::Arm;
 

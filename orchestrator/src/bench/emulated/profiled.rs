@@ -7,8 +7,8 @@
 use anyhow::{Context, Result};
 
 use super::measure::measure;
-use super::{Emulator, WorkloadRegime};
 use crate::bench::host::trial::TrialSettings;
+use crate::bench::meters::emulator::{Emulator, WorkloadRegime};
 use crate::bench::meters::profile::Profile;
 use crate::bench::samples::Samples;
 use crate::bench::servers::arm::Arm;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::clock::GuestClock;
 use super::marks::Marks;
-use super::{Emulator, WorkloadRegime};
+use crate::bench::meters::emulator::{Emulator, WorkloadRegime};
 use crate::interrupt;
 
 /// How a guest ended.

@@ -24,10 +24,10 @@ use rand::SeedableRng;
 use std::time::{Duration, Instant};
 
 use crate::bench::host::ballast::{self, Ballast};
-use crate::bench::host::screen::Dropped;
 use crate::bench::host::trial::{own_cpu, Measurement, TrialSettings};
 use crate::bench::load::loadgen::{LoadGen, LoadSnapshot, EVERY_TARGET};
 use crate::bench::meters::meter::{MeterPlan, MeterReading};
+use crate::bench::samples::Dropped;
 use crate::bench::samples::{verify, Samples, Step};
 use crate::bench::servers::arm::Arm;
 use crate::bench::servers::cgroup::RationGroup;

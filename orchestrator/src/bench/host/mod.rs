@@ -1,10 +1,14 @@
 //! This machine as a measuring host: its PMU or task-clock on the SUT
 //! core, the arms screened, the regime probed (rationed or idle), and the
-//! samples taken as windows of a duet or blocks of sequential trials.
+//! samples taken as windows of a duet or blocks of sequential trials; and
+//! what else runs a server here unscored: the endurance run before a keep
+//! and the champion's profile.
 
 pub mod ballast;
 pub mod duet;
+pub mod endurance;
 pub mod lock;
+pub mod perf_profile;
 pub mod probe;
 pub mod ration;
 pub mod schedule;

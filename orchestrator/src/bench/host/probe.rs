@@ -7,16 +7,18 @@
 use anyhow::Result;
 use std::time::{Duration, Instant};
 
-use crate::bench::config::GateConfig;
 use crate::bench::config::Schedule;
 use crate::bench::host::ballast::Ballast;
-use crate::bench::host::ration::{self, Allotment, Regime, RegimeRecord};
-use crate::bench::host::screen::{Dropped, Stage};
+use crate::bench::host::ration;
 use crate::bench::host::trial::{failed_start, own_cpu, TrialSettings};
+use crate::bench::load::gate::GateConfig;
 use crate::bench::load::gate::{self, GateEvidence, GateResult};
 use crate::bench::load::loadgen::{LoadGen, EVERY_TARGET};
 use crate::bench::meters::meter::MeterPlan;
+use crate::bench::regime::{Regime, RegimeRecord};
+use crate::bench::samples::{Dropped, Stage};
 use crate::bench::servers::arm::Arm;
+use crate::bench::servers::cgroup::Allotment;
 use crate::bench::servers::cgroup::{containment, RationGroup};
 use crate::bench::servers::launch::RunningServer;
 use crate::bench::servers::port::free_port;

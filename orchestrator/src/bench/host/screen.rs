@@ -12,14 +12,14 @@
 //! Alone, a broken arm can fail nothing but itself.
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
-use crate::bench::config::GateConfig;
-use crate::bench::host::trial::{failed_start, Measurement, TrialSettings};
+use crate::bench::host::trial::{failed_start, TrialSettings};
+use crate::bench::load::gate::GateConfig;
 use crate::bench::load::gate::{self, GateEvidence, GateResult};
 use crate::bench::load::loadgen::LoadGen;
 use crate::bench::meters::meter::MeterPlan;
+use crate::bench::samples::{Dropped, Stage};
 use crate::bench::servers::arm::Arm;
 use crate::bench::servers::launch::{RunningServer, CLOSE_WAIT};
 use crate::bench::servers::port::free_port;
@@ -33,43 +33,6 @@ const SCREEN_CONNECTIONS: u64 = 64;
 /// Clients at once: several, so a server that serves one connection at a
 /// time while holding the others is seen.
 const SCREEN_CLIENTS: usize = 8;
-
-/// Where an arm was found not to serve.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    /// Alone, before the probe ([`screen`]).
-    Screen,
-    /// In the probe, beside the other arms that passed the screen.
-    Probe,
-}
-
-/// An arm that was not measured, and the gate verdict that dropped it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Dropped {
-    pub stage: Stage,
-    pub gate: GateResult,
-}
-
-impl Dropped {
-    /// The sample a dropped arm gets in every window or block: its gate
-    /// failed, and says where.
-    pub fn measurement(&self) -> Measurement {
-        let mut gate = self.gate.clone();
-        let stage = match self.stage {
-            Stage::Screen => "alone, before the probe",
-            Stage::Probe => "in the probe",
-        };
-        gate.detail.insert(
-            0,
-            format!("dropped {stage}: not measured beside the other arms"),
-        );
-        Measurement {
-            gate,
-            ..Default::default()
-        }
-    }
-}
 
 /// Screens every arm of `arms`, one at a time: `Some` for each that failed.
 pub fn screen(arms: &[Arm], plan: &MeterPlan, s: &TrialSettings) -> Result<Vec<Option<Dropped>>> {

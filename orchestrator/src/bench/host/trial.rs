@@ -10,16 +10,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::bench::config::Schedule;
-use crate::bench::config::{DuetLoad, GateConfig, TrialSections};
+use crate::bench::config::{DuetLoad, TrialSections};
 use crate::bench::host::ballast::{self, Ballast};
-use crate::bench::host::ration::{self, Allotment, SaturationConfig};
+use crate::bench::host::ration;
 use crate::bench::load::contract::Contract;
+use crate::bench::load::gate::GateConfig;
 use crate::bench::load::gate::{self, GateEvidence};
 use crate::bench::load::loadgen::{LoadGen, LoadSnapshot, LoadSpec};
 pub use crate::bench::measurement::{
     BatchEvidence, EmulatedCounts, Latency, Measurement, OutsideWindows, ProfileWindow,
 };
 use crate::bench::meters::meter::{MeterPlan, MeterReading};
+use crate::bench::regime::SaturationConfig;
+use crate::bench::servers::cgroup::Allotment;
 use crate::bench::servers::cgroup::RationGroup;
 use crate::bench::servers::launch::{RunningServer, ServerCommand, CLOSE_WAIT};
 use crate::bench::servers::port::free_port;

@@ -2,12 +2,13 @@
 //! that fails it scores zero and makes its arm `invalid`; it is never silently
 //! dropped from the samples.
 
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::bench::config::GateConfig;
 use crate::bench::load::contract::{Failure, FailureCounts};
 use crate::bench::load::loadgen::LoadTotals;
+use crate::check::range;
 
 /// Everything the gate looks at, gathered by one trial.
 #[derive(Clone, Debug, Default)]
@@ -29,7 +30,7 @@ pub struct GateEvidence {
     /// `bench/emulated/batch.rs`): work deferred out of the count.
     pub deferred_work_ns: u64,
     pub start_error: Option<String>,
-    /// Leaks an endurance run read (see `bench/load/endurance.rs`).
+    /// Leaks an endurance run read (see `bench/host/endurance.rs`).
     pub growth: Vec<Growth>,
 }
 
@@ -254,6 +255,47 @@ pub fn combine(results: &[GateResult]) -> GateResult {
         out.failures as f64 / out.attempts as f64
     };
     out
+}
+
+/// `[gate]` in harness.toml.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GateConfig {
+    pub max_failure_rate: f64,
+    pub min_completed: u64,
+    /// Before a keep and in `check`: connections one server process serves
+    /// on the host, its memory and descriptors read for growth
+    /// (`bench/host/endurance.rs`); 0: off.
+    pub endurance_connections: u64,
+    /// ...within this long, or it has served too few.
+    pub endurance_seconds: u64,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        Self {
+            max_failure_rate: 0.0001,
+            min_completed: 1000,
+            endurance_connections: 100_000,
+            endurance_seconds: 120,
+        }
+    }
+}
+
+impl GateConfig {
+    pub fn validate(&self) -> Result<()> {
+        range("gate.max_failure_rate", self.max_failure_rate, 0.0, 1.0)?;
+        if self.endurance_connections > 0 && self.endurance_connections < 10_000 {
+            bail!(
+                "gate.endurance_connections must be 0 (off) or at least 10000, got {}: fewer cannot show growth past a warm-up",
+                self.endurance_connections
+            );
+        }
+        if self.endurance_connections > 0 && self.endurance_seconds == 0 {
+            bail!("gate.endurance_seconds must be above 0 while gate.endurance_connections is on");
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

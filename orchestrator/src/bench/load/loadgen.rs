@@ -455,7 +455,7 @@ mod tests {
             connections,
             timeout: Duration::from_secs(1),
             cores: vec![],
-            contract: Arc::new(crate::bench::config::ContractConfig::default().contract()),
+            contract: Arc::new(crate::bench::load::contract::ContractConfig::default().contract()),
         }
     }
 

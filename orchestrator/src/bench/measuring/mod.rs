@@ -7,9 +7,8 @@
 //! (its PMU or task-clock, a duet or blocks, rationed or idle), and
 //! [`Emulated`](crate::bench::emulated::measure::Emulated), guests in an
 //! emulator that count instructions (a backlog or live clients). A new one
-//! (a cluster's nodes, say) is one more implementation, chosen in `choice.rs`.
-
-pub mod choice;
+//! (a cluster's nodes, say) is one more implementation, chosen in
+//! `bench/choice.rs`.
 
 use anyhow::Result;
 use std::time::Duration;

@@ -16,8 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
-use crate::bench::emulated::{Emulator, EmulatorConfig};
-use crate::bench::host::ration::Throttling;
+use crate::bench::meters::emulator::{Emulator, EmulatorConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -381,6 +380,23 @@ impl ServerCounters {
             cgroup_ns: None,
             throttling: None,
         })
+    }
+}
+
+/// Bandwidth-control periods a cgroup has seen, and how many of them it
+/// spent its whole quota in (it had work until the quota ran out).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Throttling {
+    pub periods: u64,
+    pub throttled: u64,
+}
+
+impl Throttling {
+    pub fn delta(&self, earlier: &Throttling) -> Throttling {
+        Throttling {
+            periods: self.periods.saturating_sub(earlier.periods),
+            throttled: self.throttled.saturating_sub(earlier.throttled),
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! Meters: the counters on a server process (PMU, task-clock, or
-//! emulated instructions by plan), the emulated window markers, and
-//! profiles of where a server spends what they count.
+//! emulated instructions by plan), the emulated meter's instruments and
+//! its window markers, and the profiles of where a server spends what they
+//! count. The bench's lowest floor: a meter knows nothing of the servers it
+//! counts or the hosts that run them.
 
+pub mod emulator;
 pub mod marker;
 pub mod meter;
-pub mod perf_profile;
 pub mod profile;
-pub mod profiling;

@@ -2,7 +2,7 @@
 //! (kernel, libc, liburing, the server's own binary) and the hottest
 //! functions, taken in an extra window that no verdict scores. Agents see
 //! the champion's; the report sets baseline and champion side by side.
-//! Made by `perf record` on the host (`bench/meters/perf_profile.rs`) or by the
+//! Made by `perf record` on the host (`bench/host/perf_profile.rs`) or by the
 //! emulated meter's plugin (`bench/emulated/functions.rs`).
 
 use anyhow::{Context, Result};

@@ -1,6 +1,6 @@
 //! What a server process holds that a leak would grow, from /proc: its
 //! anonymous memory and its descriptors, with its limit on them (see
-//! `bench/load/endurance.rs`).
+//! `bench/host/endurance.rs`).
 
 use serde::{Deserialize, Serialize};
 use std::fs;

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::paths::Results;
-use crate::bench::host::ration::Regime;
+use crate::bench::regime::Regime;
 use crate::bench::servers::secrets;
 use crate::record::lineage::Lineage;
 use crate::record::recorded::{self, RecordedRun};

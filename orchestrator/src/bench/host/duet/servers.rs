@@ -3,10 +3,10 @@
 
 use anyhow::Result;
 
-use crate::bench::config::GateConfig;
-use crate::bench::host::screen::Dropped;
 use crate::bench::host::trial::{failed_start, Measurement, TrialSettings};
+use crate::bench::load::gate::GateConfig;
 use crate::bench::meters::meter::{MeterPlan, MeterReading};
+use crate::bench::samples::Dropped;
 use crate::bench::servers::arm::Arm;
 use crate::bench::servers::cgroup::RationGroup;
 use crate::bench::servers::launch::RunningServer;
@@ -126,8 +126,8 @@ pub(super) fn unmeasured(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::host::screen::Stage;
     use crate::bench::load::gate::GateResult;
+    use crate::bench::samples::Stage;
 
     #[test]
     fn each_epoch_starts_every_arm_once_from_the_next_arm_on() {

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::bench::config::GateConfig;
 use crate::bench::host::trial::{unaccounted, Latency, Measurement, TrialSettings};
 use crate::bench::load::contract::Failure;
+use crate::bench::load::gate::GateConfig;
 use crate::bench::load::gate::{self, GateEvidence};
 use crate::bench::load::loadgen::{LoadSnapshot, LoadTotals};
 use crate::bench::meters::meter::MeterReading;

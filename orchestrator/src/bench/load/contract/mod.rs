@@ -7,7 +7,11 @@
 
 mod template;
 
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::check::range;
 
 pub use template::{Progress, Shape, Template};
 
@@ -118,6 +122,65 @@ impl Contract {
     /// backlog) sends them.
     pub fn pipelined(&self) -> Vec<u8> {
         self.request.repeat(self.requests as usize)
+    }
+}
+
+/// `[contract]` in harness.toml.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContractConfig {
+    pub request: String,
+    /// `{name}` is the variable part `fields[name]`; `{{` and `}}` are
+    /// literal braces.
+    pub response: String,
+    pub requests_per_connection: u32,
+    pub closes: Closer,
+    pub fields: BTreeMap<String, Shape>,
+}
+
+impl Default for ContractConfig {
+    fn default() -> Self {
+        Self {
+            request: "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".into(),
+            response: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".into(),
+            requests_per_connection: 1,
+            closes: Closer::Server,
+            fields: BTreeMap::new(),
+        }
+    }
+}
+
+impl ContractConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.request.is_empty() {
+            bail!("contract.request must not be empty");
+        }
+        if self.response.is_empty() {
+            bail!("contract.response must not be empty");
+        }
+        range(
+            "contract.requests_per_connection",
+            self.requests_per_connection as f64,
+            1.0,
+            10_000.0,
+        )?;
+        self.template()?;
+        Ok(())
+    }
+
+    fn template(&self) -> Result<Template> {
+        Template::parse("contract.response", &self.response, &self.fields)
+    }
+
+    pub fn contract(&self) -> Contract {
+        Contract {
+            request: self.request.as_bytes().to_vec(),
+            response: self
+                .template()
+                .expect("validated when the configuration loaded"),
+            requests: self.requests_per_connection,
+            closer: self.closes,
+        }
     }
 }
 

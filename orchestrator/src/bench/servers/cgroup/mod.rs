@@ -19,12 +19,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::bench::host::ration::Throttling;
+use crate::bench::meters::meter::Throttling;
 
 mod host;
 mod ration_group;
 pub use host::{containment, Containment};
-pub use ration_group::RationGroup;
+pub use ration_group::{Allotment, RationGroup};
 
 fn write(path: &Path, value: &str) -> Result<()> {
     std::fs::write(path, value).with_context(|| format!("writing {value:?} to {}", path.display()))

@@ -2,11 +2,26 @@
 //! under cgroup2 `cpu.max` or v1 `cpu.cfs_quota_us`.
 
 use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use super::{containment, remove_tree, write, SEQUENCE};
-use crate::bench::host::ration::Allotment;
+
+/// CPU bandwidth for one cgroup: at most `quota_us` of CPU time in every
+/// `period_us` ([`crate::bench::host::ration`] sizes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allotment {
+    pub quota_us: u64,
+    pub period_us: u64,
+}
+
+impl Allotment {
+    /// The share of one CPU it allows.
+    pub fn share(&self) -> f64 {
+        self.quota_us as f64 / self.period_us.max(1) as f64
+    }
+}
 
 /// A cgroup under bandwidth control whose member servers share one quota:
 /// every arm of a measurement in it at once. The scheduler then shares the

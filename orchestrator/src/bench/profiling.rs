@@ -5,9 +5,9 @@
 use anyhow::Result;
 
 use crate::bench::emulated::profiled;
+use crate::bench::host::perf_profile;
 use crate::bench::host::trial::TrialSettings;
 use crate::bench::meters::meter::MeterPlan;
-use crate::bench::meters::perf_profile;
 use crate::bench::meters::profile::Profile;
 use crate::bench::servers::arm::Arm;
 
