@@ -60,6 +60,23 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
+# Debian 12's backports suite, a package registry like the main one: QEMU,
+# the guest kernel and libgit2 1.8 come from it. Added once, updated once.
+backports_ready=0
+backports() {
+  ((backports_ready)) && return 0
+  local mirror
+  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm-backports main" \
+      > /etc/apt/sources.list.d/ratchet-bookworm-backports.list
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq || { echo "setup: apt-get update failed (bookworm-backports)"; return 1; }
+  backports_ready=1
+}
+
 # The emulated meter (see docs/emulated-meter.md): QEMU 10 from
 # bookworm-backports (7.2 from bookworm hangs a 2-vCPU guest under icount),
 # a static busybox for the guest's userland, and Debian's kernel image from
@@ -76,15 +93,7 @@ setup_emulator() {
   [[ $(id -u) -eq 0 ]] || { echo "setup: not root: the emulated meter is not set up (run this script as root)"; return 1; }
   command -v apt-get >/dev/null || { echo "setup: no apt-get: the emulated meter needs QEMU >= 9.2, busybox-static and a Debian kernel image"; return 1; }
   [[ $(uname -m) == x86_64 ]] || { echo "setup: the emulated meter runs x86_64 guests only"; return 1; }
-  local mirror
-  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
-  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm-backports main" \
-      > /etc/apt/sources.list.d/ratchet-bookworm-backports.list
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq || { echo "setup: apt-get update failed: the emulated meter is not set up"; return 1; }
+  backports || { echo "setup: the emulated meter is not set up"; return 1; }
   apt-get install -y -qq -t bookworm-backports --no-install-recommends qemu-system-x86 >/dev/null ||
     { echo "setup: could not install qemu-system-x86 from bookworm-backports"; return 1; }
   apt-get install -y -qq busybox-static >/dev/null || { echo "setup: could not install busybox-static"; return 1; }
@@ -105,6 +114,16 @@ if ! emulator_ready; then
   echo "setup: setting up the emulated meter in $EMULATOR_DIR"
   setup_emulator && emulator_ready ||
     echo "setup: the emulated meter is NOT available: ratchet measures in task-clock (ns) where no PMU exists"
+fi
+
+# libgit2 1.8, which the git2 crate links where pkg-config finds it; without
+# it the build compiles the crate's bundled copy of libgit2 (the longest
+# step of a cold build on two cores). Bookworm's own is 1.5, too old.
+if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null &&
+   ! pkg-config --exists 'libgit2 >= 1.8.1' 'libgit2 < 1.9.0' 2>/dev/null; then
+  { backports && apt-get install -y -qq -t bookworm-backports --no-install-recommends \
+      libgit2-dev pkg-config >/dev/null; } ||
+    echo "setup: libgit2 1.8 not installed: the build compiles its own copy (slower, same result)"
 fi
 
 # The meter counts syscalls through a tracepoint; tracefs must be mounted.
