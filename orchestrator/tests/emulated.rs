@@ -8,6 +8,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Two batches a trial: enough for a gate, and counts are exact. The
@@ -115,10 +116,49 @@ fn the_plugin_counts_a_loop_of_known_length_exactly_on_the_vcpu_that_ran_it() {
     );
 }
 
+/// The arms of one measurement that several tests read, each its own arm:
+/// the repository's two servers, an honest fixture, and three that misbehave
+/// in the guest. Emulated counts do not depend on what else a guest ran,
+/// so one measurement serves them all (each 2-arm compare booted guests of
+/// its own), and a misbehaving arm that leaked into an honest one's trials
+/// would fail the honest gates these tests assert.
+const SHARED_ARMS: [&str; 6] = ["treatment", "control", "ok", "bursty", "defer", "crash"];
+
+/// The shared measurement, made by the first test that needs it.
+fn shared() -> &'static Value {
+    static SHARED: OnceLock<Value> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let arms = SHARED_ARMS.map(|a| match a {
+            "treatment" | "control" => a.to_string(),
+            // Puts off a 20 ms spin until its window has closed.
+            "defer" => format!("{} --spin-us 20000", faulty_arm("defer_work")),
+            "crash" => "cmd:/bin/sh -c 'echo c > /proc/sysrq-trigger; sleep 60'".to_string(),
+            fixture => faulty_arm(fixture),
+        });
+        let arms: Vec<&str> = arms.iter().map(String::as_str).collect();
+        report(&compare("", &arms, 6, &[]))
+    })
+}
+
+/// The index of `name` in [`SHARED_ARMS`].
+fn arm(name: &str) -> usize {
+    SHARED_ARMS.iter().position(|a| *a == name).unwrap()
+}
+
+/// Arm `i`'s comparison with the first arm, the treatment.
+fn comparison(r: &Value, i: usize) -> &Value {
+    r["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["arm"] == i && c["baseline"] == 0)
+        .unwrap_or_else(|| panic!("no comparison of arm {i}: {}", r["comparisons"]))
+}
+
 #[test]
 fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
     let _g = exclusive();
-    let r = report(&compare("", &["treatment", "control"], 6, &[]));
+    let r = shared();
     assert_eq!(r["meter"]["event"], "instructions", "{}", r["meter"]);
     assert_eq!(r["meter"]["source"], "emulated", "{}", r["meter"]);
     assert_eq!(r["meter"]["unit"], "instructions");
@@ -127,7 +167,8 @@ fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
         .as_str()
         .unwrap()
         .contains("QEMU"));
-    for (i, arm) in r["arms"].as_array().unwrap().iter().enumerate() {
+    for i in [arm("treatment"), arm("control")] {
+        let arm = &r["arms"][i];
         assert_eq!(arm["gate"]["passed"], true, "arm {i}: {arm}");
         // A backlog has no generator beside the server and no client that
         // timed a connection: what was not measured is absent, never 0.
@@ -157,11 +198,8 @@ fn compare_counts_every_arm_in_emulated_instructions_and_gates_it() {
         }
     }
     // The Go control does more work per connection than the io_uring server.
-    assert!(
-        r["comparisons"][0]["ratio_median"].as_f64().unwrap() > 1.2,
-        "{}",
-        r["comparisons"]
-    );
+    let control = comparison(r, arm("control"));
+    assert!(control["ratio_median"].as_f64().unwrap() > 1.2, "{control}");
 }
 
 #[test]
@@ -237,23 +275,19 @@ fn no_emulator_survives_a_sigkill_of_ratchet() {
 #[test]
 fn a_server_that_idles_in_the_guest_is_reported_not_busy() {
     let _g = exclusive();
-    let (ok, bursty) = (faulty_arm("ok"), faulty_arm("bursty"));
-    let r = report(&compare("", &[&ok, &bursty], 6, &[]));
+    let r = shared();
+    let (ok, bursty) = (arm("ok"), arm("bursty"));
     assert_eq!(r["regime"]["regime"], "saturated", "{}", r["regime"]);
-    assert_eq!(r["arms"][0]["unsaturated_samples"], 0, "{}", r["arms"]);
+    assert_eq!(r["arms"][ok]["unsaturated_samples"], 0, "{}", r["arms"]);
     // A bursty server naps 5 ms every five connections while its backlog
     // waits: every batch shows it, in every guest.
-    assert_eq!(r["arms"][1]["unsaturated_samples"], 6, "{}", r["arms"]);
+    assert_eq!(r["arms"][bursty]["unsaturated_samples"], 6, "{}", r["arms"]);
     let (busy, honest) = (
-        r["arms"][1]["sut_busy"].as_f64().unwrap(),
-        r["arms"][0]["sut_busy"].as_f64().unwrap(),
+        r["arms"][bursty]["sut_busy"].as_f64().unwrap(),
+        r["arms"][ok]["sut_busy"].as_f64().unwrap(),
     );
     assert!(busy < 0.3 && honest > 0.6, "{busy} {honest}: {}", r["arms"]);
-    assert_eq!(
-        r["comparisons"][0]["verdict"], "invalid",
-        "{}",
-        r["comparisons"]
-    );
+    assert_eq!(comparison(r, bursty)["verdict"], "invalid");
 }
 
 /// A server that answers its backlog, waits for the window to close and
@@ -261,16 +295,20 @@ fn a_server_that_idles_in_the_guest_is_reported_not_busy() {
 #[test]
 fn a_server_that_defers_work_out_of_its_windows_fails_its_gate() {
     let _g = exclusive();
-    let deferring = format!("{} --spin-us 20000", faulty_arm("defer_work"));
-    let r = report(&compare("", &["treatment", &deferring], 6, &[]));
-    assert_eq!(r["arms"][0]["gate"]["passed"], true, "{}", r["arms"]);
-    let gate = &r["arms"][1]["gate"];
+    let r = shared();
+    assert_eq!(
+        r["arms"][arm("ok")]["gate"]["passed"],
+        true,
+        "{}",
+        r["arms"]
+    );
+    let gate = &r["arms"][arm("defer")]["gate"];
     assert_eq!(gate["passed"], false, "{gate}");
     assert!(
         gate["reasons"]["deferred_work"].as_u64().unwrap() > 0,
         "{gate}"
     );
-    assert_eq!(r["comparisons"][0]["verdict"], "invalid");
+    assert_eq!(comparison(r, arm("defer"))["verdict"], "invalid");
 }
 
 /// A server that never goes still (a thread on a 50 us timer) ends its
@@ -303,18 +341,18 @@ fn a_server_that_never_goes_still_is_measured_in_bounded_time_and_caught() {
 /// A server runs unprivileged in the guest too, so it cannot crash the
 /// guest's kernel through sysrq (as root it did, and its guest ended as
 /// "the guest kernel panicked"): it fails its own gate, saying why, and the
-/// other arm is measured.
+/// other arms are measured.
 #[test]
 fn a_server_that_tries_to_crash_the_guest_kernel_cannot_and_the_others_are_measured() {
     let _g = exclusive();
-    let crash = "cmd:/bin/sh -c 'echo c > /proc/sysrq-trigger; sleep 60'";
-    let r = report(&compare("", &["treatment", crash], 6, &[]));
+    let r = shared();
+    let crash = arm("crash");
     assert_eq!(r["arms"][0]["gate"]["passed"], true, "{}", r["arms"]);
-    assert_eq!(r["arms"][1]["gate"]["passed"], false, "{}", r["arms"]);
-    let detail = r["arms"][1]["gate"].to_string();
+    assert_eq!(r["arms"][crash]["gate"]["passed"], false, "{}", r["arms"]);
+    let detail = r["arms"][crash]["gate"].to_string();
     assert!(detail.contains("Permission denied"), "{detail}");
     assert!(!detail.contains("panicked"), "{detail}");
-    assert_eq!(r["comparisons"][0]["verdict"], "invalid");
+    assert_eq!(comparison(r, crash)["verdict"], "invalid");
     assert!(r["trials"][0][5]["cost_per_connection"].as_f64().is_some());
 }
 
