@@ -69,80 +69,6 @@ fn spawn_run(root: &Path, tmp: &Path, args: &[&str]) -> std::process::Child {
 }
 
 #[test]
-fn a_run_killed_or_interrupted_mid_iteration_resumes_without_losing_or_repeating_attempts() {
-    let _g = exclusive();
-    let repo = fixture_repo("", &planted_playbook());
-    let root = repo.path();
-    let tmp = tempfile::tempdir().unwrap();
-    let spawn = |args: &[&str]| spawn_run(root, tmp.path(), args);
-    // SIGKILL once the first attempt is journaled, i.e. in the middle of the second.
-    let mut child = spawn(&[]);
-    let results = root.join("results");
-    let start = Instant::now();
-    while !results.exists() || std::fs::read_dir(&results).unwrap().count() == 0 {
-        assert!(start.elapsed() < Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (id, run_dir) = only_run(root);
-    let said = tmp.path().join("run.stderr");
-    wait_for_lines(
-        &run_dir.join("attempts.jsonl"),
-        1,
-        Duration::from_secs(300),
-        &said,
-    );
-    std::thread::sleep(Duration::from_millis(1500));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(servers_running(root), "", "a server outlived ratchet");
-    assert_eq!(
-        control_sources_in(tmp.path()),
-        Vec::<PathBuf>::new(),
-        "the killed run left its control's source in TMPDIR"
-    );
-
-    // Resume, and this time interrupt it with SIGINT.
-    let mut child = spawn(&["--resume", &id]);
-    wait_for_lines(
-        &run_dir.join("attempts.jsonl"),
-        2,
-        Duration::from_secs(300),
-        &said,
-    );
-    std::thread::sleep(Duration::from_millis(1000));
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "an interrupted run exits 130");
-    assert_eq!(run_json(&run_dir)["status"], "interrupted");
-    assert_eq!(servers_running(root), "");
-
-    // Resume to the end.
-    let out = ratchet_run(root, &["--resume", &id], &[]);
-    assert!(out.status.success(), "{}", show(&out));
-    let numbers: Vec<u64> = attempts(&run_dir)
-        .iter()
-        .map(|a| a["number"].as_u64().unwrap())
-        .collect();
-    assert_eq!(numbers, [1, 2, 3, 4, 5], "attempts lost or repeated");
-    assert_eq!(
-        verdicts(&run_dir),
-        ["keep", "discard", "build_failed", "no_op", "invalid"]
-    );
-    assert_eq!(run_json(&run_dir)["status"], "converged");
-    let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
-    assert_clean(&worktree);
-    assert_eq!(
-        git(
-            root,
-            &["rev-list", "--count", &format!("main..ratchet/{id}")]
-        ),
-        "1",
-        "exactly one kept commit"
-    );
-}
-
-#[test]
 fn a_second_run_on_the_same_core_is_refused() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
@@ -272,8 +198,15 @@ fn a_full_disk_stops_the_run_with_a_clear_error_and_a_valid_journal() {
     assert_clean(&worktree);
 }
 
+/// One run faulted at every stage it passes through, resumed after each
+/// fault, then run to its end: SIGKILL and SIGINT alternately at staggered
+/// delays from each start (set-up, the A/A check, build, smoke,
+/// measurement, the writes after a verdict); then a SIGKILL in the middle
+/// of an iteration, once an attempt is journaled, and a SIGINT in the next.
+/// Nothing journaled is lost or repeated, no server or control source
+/// outlives a fault, and an interrupted run exits 130 and says so.
 #[test]
-fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
+fn kills_and_interrupts_at_staggered_points_and_mid_iteration_lose_and_repeat_nothing() {
     let _g = exclusive();
     let repo = fixture_repo("", &planted_playbook());
     let root = repo.path();
@@ -281,8 +214,6 @@ fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
     let spawn = |args: &[&str]| spawn_run(root, tmp.path(), args);
     let mut faults = 0;
     let mut id: Option<String> = None;
-    // Delays that land in different stages: set-up, the A/A check, build,
-    // smoke, measurement, and the writes after a verdict.
     for (k, delay_ms) in [700u64, 2300, 3100, 4700, 5300, 6900].iter().enumerate() {
         let args: Vec<&str> = match &id {
             Some(i) => vec!["--resume", i.as_str()],
@@ -314,9 +245,41 @@ fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
         }
     }
     let id = id.expect("the run was created");
+    let (_, run_dir) = only_run(root);
+    let journal = run_dir.join("attempts.jsonl");
+    let journaled = || std::fs::read_to_string(&journal).map_or(0, |t| t.lines().count());
+    let said = tmp.path().join("run.stderr");
+
+    // SIGKILL in the middle of an iteration: once one more attempt is
+    // journaled, 1.5 s into the next.
+    let mut child = spawn(&["--resume", &id]);
+    wait_for_lines(&journal, journaled() + 1, Duration::from_secs(300), &said);
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    faults += 1;
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(servers_running(root), "", "a server outlived ratchet");
+    assert_eq!(
+        control_sources_in(tmp.path()),
+        Vec::<PathBuf>::new(),
+        "the killed run left its control's source in TMPDIR"
+    );
+
+    // Resume, and this time interrupt it with SIGINT in the next iteration.
+    let mut child = spawn(&["--resume", &id]);
+    wait_for_lines(&journal, journaled() + 1, Duration::from_secs(300), &said);
+    std::thread::sleep(Duration::from_millis(1000));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    faults += 1;
+    assert_eq!(status.code(), Some(130), "an interrupted run exits 130");
+    assert_eq!(run_json(&run_dir)["status"], "interrupted");
+    assert_eq!(servers_running(root), "");
+
+    // Resume to the end.
     let out = ratchet_run(root, &["--resume", &id], &[]);
     assert!(out.status.success(), "{}", show(&out));
-    let (_, run_dir) = only_run(root);
     let numbers: Vec<u64> = attempts(&run_dir)
         .iter()
         .map(|a| a["number"].as_u64().unwrap())
@@ -330,12 +293,14 @@ fn repeated_kills_at_staggered_points_lose_and_repeat_nothing() {
         verdicts(&run_dir),
         ["keep", "discard", "build_failed", "no_op", "invalid"]
     );
+    assert_eq!(run_json(&run_dir)["status"], "converged");
     assert_eq!(
         git(
             root,
             &["rev-list", "--count", &format!("main..ratchet/{id}")]
         ),
-        "1"
+        "1",
+        "exactly one kept commit"
     );
     let worktree = PathBuf::from(run_json(&run_dir)["worktree"].as_str().unwrap().to_string());
     assert_clean(&worktree);
