@@ -154,9 +154,19 @@ fn the_probe_reads_steady_costs_with_many_connections_in_flight() {
         let cs = arm(report, 0)["context_switches_per_connection"]
             .as_f64()
             .unwrap();
-        let expected = probed > 0.6 * did && probed < 1.6 * did && cs <= 0.1 && busy < 0.9;
+        // Where the probe's share would leave an arm short of
+        // gate.min_completed in a window, the share is raised and the regime
+        // warns that the generator may be the limit (on an AMD EPYC VM
+        // whose generator drove 8,500 connections a second, 2026-12-07):
+        // headroom is then not the probe's to give, and what it read still is.
+        let floored = report["regime"]["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("gate.min_completed"));
+        let expected =
+            probed > 0.6 * did && probed < 1.6 * did && cs <= 0.1 && (busy < 0.9 || floored);
         expected.then_some(()).ok_or(format!(
-            "probed {probed:.0} conn/s, the generator did {did:.0}, {busy:.2} busy; \
+            "probed {probed:.0} conn/s, the generator did {did:.0}, {busy:.2} busy \
+             (share raised to the min_completed floor: {floored}); \
              treatment {cs} context switches per connection"
         ))
     });
