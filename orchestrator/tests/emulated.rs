@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::referee::comparison;
 use common::*;
 use serde_json::Value;
 use std::process::Command;
@@ -143,16 +144,6 @@ fn shared() -> &'static Value {
 /// The index of `name` in [`SHARED_ARMS`].
 fn arm(name: &str) -> usize {
     SHARED_ARMS.iter().position(|a| *a == name).unwrap()
-}
-
-/// Arm `i`'s comparison with the first arm, the treatment.
-fn comparison(r: &Value, i: usize) -> &Value {
-    r["comparisons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["arm"] == i && c["baseline"] == 0)
-        .unwrap_or_else(|| panic!("no comparison of arm {i}: {}", r["comparisons"]))
 }
 
 #[test]

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::referee::{arm, compare_at_defaults, judge_modes, reasons};
+use common::referee::{arm, compare_at_defaults, comparison, judge_modes, reasons};
 use common::*;
 use serde_json::Value;
 use std::sync::OnceLock;
@@ -55,12 +55,7 @@ fn assert_fails_with(mode: &str, reason: &str) {
         reasons(report, i)
     );
     assert_eq!(arm(report, i)["score"], 0.0);
-    let comparison = report["comparisons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["arm"] == i && c["baseline"] == 0)
-        .unwrap_or_else(|| panic!("no comparison of {mode} with the honest arm: {report}"));
+    let comparison = comparison(report, i);
     assert_eq!(comparison["verdict"], "invalid", "{mode}: {comparison}");
 }
 

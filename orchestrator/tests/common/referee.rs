@@ -10,6 +10,16 @@ pub fn arm(report: &Value, i: usize) -> &Value {
     &report["arms"][i]
 }
 
+/// Arm `i`'s comparison with arm 0 in a `compare --json` report.
+pub fn comparison(report: &Value, i: usize) -> &Value {
+    report["comparisons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["arm"] == i && c["baseline"] == 0)
+        .unwrap_or_else(|| panic!("no comparison of arm {i} with arm 0: {report}"))
+}
+
 /// The reasons arm `i` failed its gate, by name.
 pub fn reasons(report: &Value, i: usize) -> Vec<String> {
     arm(report, i)["gate"]["reasons"]
