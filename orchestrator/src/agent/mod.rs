@@ -105,6 +105,19 @@ fn default_level() -> f64 {
     0.95
 }
 
+impl AttemptSummary {
+    /// Material for a stack: a gain the referee resolved (its interval
+    /// wholly below 1), whether the keep rule judged it promising or a
+    /// screen measured it beside a rival that was judged instead.
+    pub fn resolved_gain(&self) -> bool {
+        match self.verdict {
+            AttemptVerdict::Promising => true,
+            AttemptVerdict::Screened => self.interval.is_some_and(|[_, hi]| hi < 1.0),
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 impl AttemptSummary {
     /// A summary with only what a test of an agent's choice needs.

@@ -51,7 +51,15 @@ pub struct SearchConfig {
     /// The search stops when no move clears the keep line with at least
     /// this probability.
     pub min_keep_probability: f64,
+    /// Candidates of the agent's gathered into one generation and screened
+    /// in one measurement beside the champion; those the screen finds worth
+    /// it are then judged one by one, best first, by the keep rule. 1: each
+    /// candidate judged alone, as it comes.
+    pub generation: usize,
 }
+
+/// The most candidates one screen measures: each is an arm of every sample.
+pub const MAX_GENERATION: usize = 12;
 
 impl Default for SearchConfig {
     fn default() -> Self {
@@ -68,6 +76,7 @@ impl Default for SearchConfig {
             prior_sd: 0.05,
             interaction_sd: 0.02,
             min_keep_probability: 0.05,
+            generation: 1,
         }
     }
 }
@@ -87,6 +96,12 @@ impl SearchConfig {
                     "search.{field} must be above 0 and below 1 (a spread of ln ratios), got {v}"
                 );
             }
+        }
+        if !(1..=MAX_GENERATION).contains(&self.generation) {
+            bail!(
+                "search.generation must be 1 to {MAX_GENERATION} candidates, got {}",
+                self.generation
+            );
         }
         if self.max_stack_parts < 2 {
             bail!(

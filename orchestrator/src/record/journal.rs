@@ -19,6 +19,7 @@ use crate::bench::samples::Samples;
 use crate::config::Config;
 use crate::files::{read_json, write_atomic};
 use crate::referee::compare::Comparison;
+use crate::referee::figures::{fmt_ci, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -192,6 +193,9 @@ pub struct AttemptRecord {
     /// The endurance run of a candidate about to be kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endurance: Option<Endurance>,
+    /// Its generation's screen, when it was gathered into one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<Screen>,
     pub control_drift: Option<f64>,
     pub durations: Durations,
     pub usage: Option<Usage>,
@@ -200,6 +204,39 @@ pub struct AttemptRecord {
     pub replies: Vec<Round>,
     pub started_at: String,
     pub finished_at: String,
+}
+
+/// An attempt's place in its generation's screen: one measurement of the
+/// champion, every candidate that built and ran, and the control.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Screen {
+    /// The generation's attempts, in order: it is named by the first.
+    pub generation: Vec<usize>,
+    /// Its place among the candidates the screen could rank, cheapest
+    /// first; none when it failed a gate there, or never reached it.
+    pub rank: Option<usize>,
+    /// cost(candidate) / cost(champion) in the screen, at 95%.
+    pub vs_champion: Option<Comparison>,
+}
+
+impl Screen {
+    /// Where the attempt ranked, as `ranked 1 of 3 in the screen of #4, #5,
+    /// #6 (0.912 [0.905, 0.918])`: what the log and the report say of a
+    /// generation's attempt that the keep rule judged.
+    pub fn describe(&self) -> String {
+        let of: Vec<String> = self.generation.iter().map(|n| format!("#{n}")).collect();
+        let place = match self.rank {
+            Some(r) => format!("ranked {r} of {}", self.generation.len()),
+            None => "not ranked".into(),
+        };
+        let c = self.vs_champion.as_ref();
+        format!(
+            "{place} in the screen of {} ({} {})",
+            of.join(", "),
+            fmt_ratio(c.and_then(|c| c.ratio_median)),
+            fmt_ci(c.and_then(|c| c.ratio_interval))
+        )
+    }
 }
 
 impl AttemptRecord {

@@ -271,15 +271,15 @@ fn tampered(mut j: Judgement, e: anyhow::Error, t: Instant) -> Result<Judgement>
     Ok(j)
 }
 
-/// build -> no-op -> smoke -> measure -> keep rule.
-fn measure_and_decide(
+/// build -> no-op -> smoke: the candidate, built and fit to measure, with
+/// its judgement so far; or the judgement that ended it before measuring.
+pub fn admit(
     stages: &mut dyn Stages,
     champion: &Arm,
-    control: Option<&Arm>,
     rules: &Rules,
     plan: &MeterPlan,
     settings: &TrialSettings,
-) -> Result<Judgement> {
+) -> Result<std::result::Result<(Arm, Judgement), Judgement>> {
     let t = Instant::now();
     let built = stages.build();
     let build_s = t.elapsed().as_secs_f64();
@@ -293,7 +293,7 @@ fn measure_and_decide(
             j.build_ok = Some(false);
             j.build_log_tail = Some(f.log_tail.clone());
             j.build_s = build_s;
-            return Ok(j);
+            return Ok(Err(j));
         }
     };
     let mut j = Judgement::ended(AttemptVerdict::Discard, None);
@@ -304,14 +304,29 @@ fn measure_and_decide(
     if candidate.binary_hash.is_some() && candidate.binary_hash == champion.binary_hash {
         j.verdict = AttemptVerdict::NoOp;
         j.detail = Some("the built binary is identical to the champion's".into());
-        return Ok(j);
+        return Ok(Err(j));
     }
     if let Some(failure) = trial::smoke(&candidate.command, plan, settings, rules.smoke_window)? {
         j.verdict = AttemptVerdict::Invalid;
         j.detail = Some(failure);
-        return Ok(j);
+        return Ok(Err(j));
     }
+    Ok(Ok((candidate, j)))
+}
 
+/// build -> no-op -> smoke -> measure -> keep rule.
+fn measure_and_decide(
+    stages: &mut dyn Stages,
+    champion: &Arm,
+    control: Option<&Arm>,
+    rules: &Rules,
+    plan: &MeterPlan,
+    settings: &TrialSettings,
+) -> Result<Judgement> {
+    let (candidate, mut j) = match admit(stages, champion, rules, plan, settings)? {
+        Ok(admitted) => admitted,
+        Err(ended) => return Ok(ended),
+    };
     let t = Instant::now();
     let arms = with_control([champion.clone(), candidate], control);
     let mut samples = Samples::new(arms.len());

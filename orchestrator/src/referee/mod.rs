@@ -13,5 +13,6 @@ pub mod keep;
 mod planted_tests;
 pub mod posterior;
 pub mod report;
+pub mod screen;
 pub mod stats;
 pub mod verdict;

@@ -65,6 +65,11 @@ pub enum AttemptVerdict {
     DoesNotApply,
     /// Replay only: the attempt recorded nothing to re-apply.
     Skipped,
+    /// Measured in a generation's screen, side by side with the champion
+    /// and its rivals, and not judged: a rival ranked first, or it was not
+    /// worth judging. Its screen is a measurement the search learns from;
+    /// only the keep rule keeps.
+    Screened,
 }
 
 impl AttemptVerdict {
@@ -82,6 +87,7 @@ impl AttemptVerdict {
             AttemptVerdict::AgentError => "agent_error",
             AttemptVerdict::DoesNotApply => "does_not_apply",
             AttemptVerdict::Skipped => "skipped",
+            AttemptVerdict::Screened => "screened",
         }
     }
 
@@ -89,11 +95,15 @@ impl AttemptVerdict {
         self == AttemptVerdict::Keep
     }
 
-    /// The referee measured the candidate and decided: kept, or not.
+    /// The referee measured the candidate beside the champion and said
+    /// what it is worth: kept, or not, or ranked in a screen.
     pub fn is_decided(self) -> bool {
         matches!(
             self,
-            AttemptVerdict::Keep | AttemptVerdict::Discard | AttemptVerdict::Promising
+            AttemptVerdict::Keep
+                | AttemptVerdict::Discard
+                | AttemptVerdict::Promising
+                | AttemptVerdict::Screened
         )
     }
 }

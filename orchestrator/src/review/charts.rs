@@ -29,6 +29,7 @@ pub fn style(verdict: AttemptVerdict) -> (&'static str, Marker) {
         AttemptVerdict::Keep => (KEPT, Marker::Dot),
         AttemptVerdict::Discard => (DISCARDED, Marker::Ring),
         AttemptVerdict::Promising => (PROMISING, Marker::Ring),
+        AttemptVerdict::Screened => (DISCARDED, Marker::Ring),
         AttemptVerdict::Invalid => (FAILED, Marker::Cross),
         _ => (FAILED, Marker::Square),
     }

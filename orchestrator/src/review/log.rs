@@ -6,7 +6,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::record::gitops::short;
-use crate::record::journal::RunStatus;
+use crate::record::journal::{AttemptRecord, RunStatus};
 use crate::record::lineage::{Lineage, Source, Step};
 use crate::record::recorded::RecordedRun;
 use crate::referee::figures::{fmt_ci, fmt_ci_at, fmt_ratio};
@@ -31,6 +31,10 @@ pub struct AttemptLine {
     pub ci_level: Option<f64>,
     pub vs_control: Option<f64>,
     pub detail: Option<String>,
+    /// Where a generation's attempt ranked in its screen, when the keep
+    /// rule judged it (a screened one's detail says so itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<String>,
 }
 
 /// The document `ratchet log --json` prints.
@@ -76,6 +80,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
                 detail: a
                     .evidence()
                     .map(|d| d.lines().next().unwrap_or("").to_string()),
+                screen: judged_screen(a),
             })
             .collect()
     });
@@ -94,6 +99,14 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
         attempts,
         tree: all.then(|| tree::levels(&run.attempts)),
     })
+}
+
+/// Where a judged attempt of a generation ranked in its screen.
+pub fn judged_screen(a: &AttemptRecord) -> Option<String> {
+    a.screen
+        .as_ref()
+        .filter(|_| a.verdict != AttemptVerdict::Screened)
+        .map(|s| s.describe())
 }
 
 pub fn render(h: &History) -> String {
@@ -166,7 +179,7 @@ pub fn render(h: &History) -> String {
                 reference,
                 a.hypothesis
             );
-            if let Some(d) = a.detail.as_deref().filter(|d| !d.is_empty()) {
+            for d in a.screen.iter().chain(&a.detail).filter(|d| !d.is_empty()) {
                 out += &format!("{:>7}  {:<13}  {d}\n", "", "");
             }
         }

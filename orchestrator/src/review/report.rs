@@ -21,6 +21,7 @@ use crate::review::charts::{
     control_chart, cost_chart, profile_chart, ratio_chart, style, SECTIONS,
 };
 use crate::review::functions;
+use crate::review::log::judged_screen;
 use crate::review::replay::ReplayRecord;
 use crate::review::svg::escape;
 use crate::review::tree;
@@ -46,8 +47,10 @@ fn attempts_table(run: &RecordedRun) -> String {
             vc = fmt_ratio(a.vs_control.as_ref().and_then(|c| c.ratio_median)),
             h = escape(&a.hypothesis),
         );
-        if !detail.is_empty() {
-            let _ = write!(s, "<div class=\"detail\">{}</div>", escape(detail));
+        for d in judged_screen(a).as_deref().into_iter().chain([detail]) {
+            if !d.is_empty() {
+                let _ = write!(s, "<div class=\"detail\">{}</div>", escape(d));
+            }
         }
         let reference = a.attempt_ref.as_deref().unwrap_or("");
         if !a.diff.is_empty() {

@@ -3,7 +3,8 @@
 //! record of it in the journal and the knowledge base.
 //!
 //! [`Loop::iterate`] is the sequence of steps; the propose step is in
-//! `propose.rs`, the judging step in `judging.rs`. A step that ends the
+//! `propose.rs`, the judging step in `judging.rs`, a generation's steps in
+//! `generation.rs` and the record in `summary.rs`. A step that ends the
 //! attempt writes in the order crash recovery (`recover.rs`) relies on:
 //! git first (the worktree reset, or a keep's commit on the branch), then
 //! the attempt's record in the journal, then a new champion's
@@ -13,13 +14,12 @@ use anyhow::Result;
 use std::time::Instant;
 
 use super::moves::Refusal;
-use super::{say, scope, Loop};
+use super::{scope, Loop};
 use crate::agent::{Origin, Proposed};
 use crate::bench::meters::meter::MeterEvent;
 use crate::clock::now_utc;
 use crate::record::journal::{AttemptRecord, Durations};
 use crate::record::trailers;
-use crate::referee::figures::fmt_ratio;
 use crate::referee::judge::Judgement;
 use crate::referee::verdict::AttemptVerdict;
 
@@ -76,6 +76,7 @@ pub(super) fn new_record(
         confirmation: None,
         extended: false,
         endurance: None,
+        screen: None,
         control_drift: None,
         durations: Durations::default(),
         usage: None,
@@ -158,16 +159,57 @@ fn kept_message(record: &AttemptRecord, agent: &str, evidence: &trailers::Eviden
     )
 }
 
+/// How preparing an attempt ended.
+pub(super) enum Prepared {
+    /// The agent has nothing left.
+    Exhausted,
+    /// The attempt ended before anything was built, and is recorded.
+    Ended,
+    /// Its tree is fixed under its ref, ready to build and measure.
+    Fixed(Box<Attempt>, git2::Oid),
+}
+
 impl Loop<'_> {
     /// One iteration. Returns false when the agent has nothing left.
     pub(super) fn iterate(&mut self) -> Result<bool> {
+        if let Some(size) = self.generation_size()? {
+            return self.generation(size);
+        }
+        let (mut at, tree) = match self.prepare(true)? {
+            Prepared::Exhausted => return Ok(false),
+            Prepared::Ended => return Ok(true),
+            Prepared::Fixed(at, tree) => (*at, tree),
+        };
+        let judgement = self.judge(&mut at, tree)?;
+        self.end_judged(at, tree, &judgement)?;
+        Ok(true)
+    }
+
+    /// Keeps or discards a judged attempt, as its judgement says.
+    pub(super) fn end_judged(
+        &mut self,
+        at: Attempt,
+        tree: git2::Oid,
+        judgement: &Judgement,
+    ) -> Result<()> {
+        if judgement.verdict.is_keep() {
+            self.keep(at, tree, judgement)
+        } else {
+            self.discard(at, judgement.tampered)
+        }
+    }
+
+    /// A new attempt, proposed (by the loop's own move when `own_moves`
+    /// allows one, else by the agent), scope-checked and fixed under its
+    /// ref; or ended and recorded on the way.
+    pub(super) fn prepare(&mut self, own_moves: bool) -> Result<Prepared> {
         let mut at = self.begin()?;
-        let asked = self.ask(&mut at)?;
+        let asked = self.ask(&mut at, own_moves)?;
         let refused = match asked.proposed {
-            Ok(Proposed::Exhausted) => return Ok(false),
+            Ok(Proposed::Exhausted) => return Ok(Prepared::Exhausted),
             Err(e) => {
                 self.end_without_proposal(at, e)?;
-                return Ok(true);
+                return Ok(Prepared::Ended);
             }
             Ok(Proposed::Edits(p)) => self.apply_edits(&mut at.record, p, &asked.ctx.files)?,
             Ok(Proposed::WorktreeChanged {
@@ -189,27 +231,22 @@ impl Loop<'_> {
         let refused = refused.or_else(|| self.measured_here(&at.record.idea, &asked.ctx));
         if let Some(refusal) = refused {
             self.end_refused(at, refusal)?;
-            return Ok(true);
+            return Ok(Prepared::Ended);
         }
         let changed = self.git.changed_paths()?;
         let outside = self.out_of_scope(&changed, asked.tampering)?;
         if let Some(refusal) = scope_refusal(changed.is_empty(), &outside) {
             self.end_at_scope(at, refusal)?;
-            return Ok(true);
+            return Ok(Prepared::Ended);
         }
         let tree = self.fix_attempt(&mut at)?;
-        let judgement = self.judge(&mut at, tree)?;
-        if judgement.verdict.is_keep() {
-            self.keep(at, tree, &judgement)?;
-        } else {
-            self.discard(at, judgement.tampered)?;
-        }
-        Ok(true)
+        Ok(Prepared::Fixed(Box::new(at), tree))
     }
 
-    /// A new attempt, numbered after the recorded ones, against the champion.
+    /// A new attempt, numbered after the recorded ones and those of the
+    /// generation under way, against the champion.
     fn begin(&self) -> Result<Attempt> {
-        let n = self.attempts.len() + 1;
+        let n = self.attempts.len() + self.unjournaled().len() + 1;
         let started = Instant::now();
         let champion = git2::Oid::from_str(&self.champion.commit)?;
         let record = new_record(
@@ -307,6 +344,9 @@ impl Loop<'_> {
         let new_champion = self.successor(&at.record, commit.to_string(), cost);
         let r = at.finish(AttemptVerdict::Keep, None);
         self.record(r)?;
+        // A generation's attempts reach the journal in order, before the
+        // champion they may have made.
+        self.flush_generation()?;
         self.journal.write_champion(&new_champion)?;
         self.champion = new_champion;
         self.champion_arm = self.build_champion()?;
@@ -332,7 +372,7 @@ impl Loop<'_> {
 
     /// Discards the attempt: the worktree back at the champion (and the
     /// builds redone when a binary was modified on disk), then its record.
-    fn discard(&mut self, at: Attempt, tampered: bool) -> Result<()> {
+    pub(super) fn discard(&mut self, at: Attempt, tampered: bool) -> Result<()> {
         self.git.reset_hard(at.champion)?;
         if tampered {
             self.rebuild_after_tampering()?;
@@ -340,34 +380,6 @@ impl Loop<'_> {
         let verdict = at.record.verdict;
         let r = at.finish(verdict, None);
         self.record(r)
-    }
-
-    /// Records an ended attempt: the journal, then its lesson in the
-    /// knowledge base, then a line for the user.
-    pub(super) fn record(&mut self, a: AttemptRecord) -> Result<()> {
-        self.journal.append_attempt(&a)?;
-        if let Some(lesson) = super::summary::lesson_of(&self.run.run_id, &a) {
-            if let Err(e) = self.kb.record(&lesson) {
-                tracing::warn!("knowledge base not updated: {e:#}");
-            }
-        }
-        let ratio = a.vs_champion.as_ref().and_then(|c| c.ratio_median);
-        let ratio = ratio.map_or(String::new(), |r| format!(" ratio {}", fmt_ratio(Some(r))));
-        // Why, when the referee said: an invalid attempt with a fine ratio
-        // is otherwise a riddle until someone opens the journal.
-        let why = a
-            .detail
-            .as_ref()
-            .map_or(String::new(), |d| format!("\n     {d}"));
-        say(
-            &self.bar,
-            format!(
-                "#{:<3} {:<13} {}{ratio}{why}",
-                a.number, a.verdict, a.hypothesis
-            ),
-        );
-        self.attempts.push(a);
-        Ok(())
     }
 }
 

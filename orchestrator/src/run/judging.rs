@@ -109,6 +109,35 @@ impl Loop<'_> {
         Ok(judgement)
     }
 
+    /// build -> no-op -> smoke for a candidate of a generation, on its
+    /// committed tree: its arm, or none when that ended it (the record then
+    /// says how).
+    pub(super) fn admit(&self, at: &mut Attempt, tree: git2::Oid) -> Result<Option<Arm>> {
+        let mut stages = LoopStages {
+            lp: self,
+            n: at.n,
+            tree,
+        };
+        let settings = self.settings();
+        match judge::admit(
+            &mut stages,
+            &self.champion_arm,
+            &self.rules(),
+            &self.session.plan,
+            &settings,
+        )? {
+            Ok((arm, j)) => {
+                at.record.build_ok = j.build_ok;
+                at.record.durations.build_s = j.build_s;
+                Ok(Some(arm))
+            }
+            Err(mut ended) => {
+                self.take_judgement(&mut at.record, &mut ended);
+                Ok(None)
+            }
+        }
+    }
+
     /// Copies what the judge found into the attempt's record, and warns when
     /// the control drifted since the run started.
     fn take_judgement(&self, record: &mut AttemptRecord, j: &mut Judgement) {

@@ -10,6 +10,7 @@
 //! control; no stored score is ever trusted.
 
 mod aa;
+mod generation;
 mod iterate;
 mod judging;
 mod moves;
@@ -103,6 +104,8 @@ struct Loop<'a> {
     champion: ChampionRecord,
     champion_arm: Arm,
     attempts: Vec<AttemptRecord>,
+    /// A generation under way: its attempts, not yet journaled.
+    gathering: Option<generation::Gathering>,
     profile_text: Option<String>,
     bar: ProgressBar,
 }
@@ -172,8 +175,22 @@ impl Loop<'_> {
         label: &str,
         settings: &TrialSettings,
     ) -> Result<()> {
-        let bar = self.bar.clone();
         let seed = self.attempts.len() as u64 + 1;
+        self.measure_seeded(arms, sample_count, samples, label, settings, seed)
+    }
+
+    /// [`Self::measure`] from `seed`, for a measurement that must not
+    /// repeat the samples of another made at the same point of the run.
+    fn measure_seeded(
+        &self,
+        arms: &[Arm],
+        sample_count: usize,
+        samples: &mut Samples,
+        label: &str,
+        settings: &TrialSettings,
+        seed: u64,
+    ) -> Result<()> {
+        let bar = self.bar.clone();
         let standing = self.standing();
         choice::host_for(&self.session.plan, settings).measure(
             samples,

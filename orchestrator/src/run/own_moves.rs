@@ -84,7 +84,7 @@ impl View<'_> {
         let mut pool: Vec<PoolEntry> = self
             .latest()
             .into_iter()
-            .filter(|a| a.verdict == AttemptVerdict::Promising)
+            .filter(|a| a.resolved_gain())
             .filter(|a| !self.kept_ideas.contains(&a.idea))
             .filter_map(|a| {
                 Some(PoolEntry {
@@ -180,8 +180,10 @@ impl View<'_> {
             .filter(|a| a.champion != self.champion && !self.kept_ideas.contains(&a.idea))
             .filter(|a| self.tried_here(&a.idea).is_none())
             .filter(|a| match (a.verdict, a.ratio) {
-                (AttemptVerdict::Promising, _) => true,
-                (AttemptVerdict::Discard, Some(r)) => r.ln().abs() <= self.cfg.near_zero,
+                _ if a.resolved_gain() => true,
+                (AttemptVerdict::Discard | AttemptVerdict::Screened, Some(r)) => {
+                    r.ln().abs() <= self.cfg.near_zero
+                }
                 _ => false,
             })
             .map(|a| {

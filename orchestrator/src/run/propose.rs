@@ -74,13 +74,12 @@ impl Loop<'_> {
     }
 
     /// Asks for the attempt's proposal: the loop's own move if it makes
-    /// one, else the agent's. What the agent did to the git directory or
-    /// outside the worktree is undone, and comes back as tampering.
-    pub(super) fn ask(&mut self, at: &mut Attempt) -> Result<Asked> {
+    /// one and `own_moves` allows it, else the agent's. What the agent did
+    /// to the git directory or outside the worktree is undone, and comes
+    /// back as tampering.
+    pub(super) fn ask(&mut self, at: &mut Attempt, own_moves: bool) -> Result<Asked> {
         let ctx = self.proposal_context()?;
-        let forced = self
-            .view(&ctx.history, &ctx.lineage)
-            .next_move(self.agent.plans_retries(), self.agent.exploring(&ctx));
+        let forced = own_moves.then(|| self.own_move(&ctx)).flatten();
         let t = Instant::now();
         let git_before = GitDirSnapshot::take(&self.git)?;
         let tree_before = MainTreeSnapshot::take(&self.session.workspace.root)?;
@@ -99,10 +98,16 @@ impl Loop<'_> {
         })
     }
 
+    /// The loop's own move now, if it makes one.
+    pub(super) fn own_move(&self, ctx: &ProposalContext) -> Option<LoopMove> {
+        self.view(&ctx.history, &ctx.lineage)
+            .next_move(self.agent.plans_retries(), self.agent.exploring(ctx))
+    }
+
     /// What the agent is shown: the champion's allowed files, the run's
     /// history and lineage, the pool for stacks, the lessons, the profile
     /// and the contract.
-    fn proposal_context(&self) -> Result<ProposalContext> {
+    pub(super) fn proposal_context(&self) -> Result<ProposalContext> {
         let history = self.history();
         let lineage = self.lineage();
         let (pool, retries_left) = {

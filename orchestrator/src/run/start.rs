@@ -219,6 +219,7 @@ impl<'a> Loop<'a> {
             champion_arm,
             champion: opened.champion,
             attempts: opened.attempts,
+            gathering: None,
             profile_text: None,
             bar,
         })

@@ -1,7 +1,10 @@
-//! What the loop says about its attempts: the summary table at the end, the
+//! What the loop says about its attempts: the record of each as it ends
+//! (the journal, a line for the user), the summary table at the end, the
 //! history agents read, and the lesson each attempt leaves.
 
-use super::Loop;
+use anyhow::Result;
+
+use super::{say, Loop};
 use crate::agent::AttemptSummary;
 use crate::record::gitops::short;
 use crate::record::journal::AttemptRecord;
@@ -10,9 +13,54 @@ use crate::referee::figures::{fmt_ci, fmt_comparison, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 
 impl Loop<'_> {
+    /// Records an ended attempt: a line for the user, then, unless a
+    /// generation is under way (its attempts are journaled together, in
+    /// order, when it ends), the journal and the lesson.
+    pub(super) fn record(&mut self, a: AttemptRecord) -> Result<()> {
+        self.say_ended(&a);
+        match self.gathering.as_mut() {
+            Some(g) => {
+                g.end(a);
+                Ok(())
+            }
+            None => self.journal_attempt(a),
+        }
+    }
+
+    /// The journal, then the attempt's lesson in the knowledge base.
+    pub(super) fn journal_attempt(&mut self, a: AttemptRecord) -> Result<()> {
+        self.journal.append_attempt(&a)?;
+        if let Some(lesson) = lesson_of(&self.run.run_id, &a) {
+            if let Err(e) = self.kb.record(&lesson) {
+                tracing::warn!("knowledge base not updated: {e:#}");
+            }
+        }
+        self.attempts.push(a);
+        Ok(())
+    }
+
+    fn say_ended(&self, a: &AttemptRecord) {
+        let ratio = a.vs_champion.as_ref().and_then(|c| c.ratio_median);
+        let ratio = ratio.map_or(String::new(), |r| format!(" ratio {}", fmt_ratio(Some(r))));
+        // Why, when the referee said: an invalid attempt with a fine ratio
+        // is otherwise a riddle until someone opens the journal.
+        let why = a
+            .detail
+            .as_ref()
+            .map_or(String::new(), |d| format!("\n     {d}"));
+        say(
+            &self.bar,
+            format!(
+                "#{:<3} {:<13} {}{ratio}{why}",
+                a.number, a.verdict, a.hypothesis
+            ),
+        );
+    }
+
     pub(super) fn history(&self) -> Vec<AttemptSummary> {
         self.attempts
             .iter()
+            .chain(self.unjournaled())
             .map(|a| AttemptSummary {
                 number: a.number,
                 hypothesis: a.hypothesis.clone(),
