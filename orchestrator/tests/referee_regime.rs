@@ -24,8 +24,14 @@ fn a_server_that_idles_between_bursts_is_reported_not_saturated() {
     // and on a slow host past the default 2 s timeout (43% of them on a
     // fresh clone here, 2026-12-06), so it was dropped in the probe before
     // its saturation could be read. Saturation, not latency, is tested.
+    // Its naps are 10 ms: with 5, a slow host (2026-12-07) saw one of six
+    // samples in each of two looks use just over a quarter of the
+    // allotment, where the other five used 0.20 on average.
     let ws = temp_workspace("[load]\ntimeout_ms = 10000\n");
-    let (ok, bursty) = (faulty_arm("ok"), faulty_arm("bursty"));
+    let (ok, bursty) = (
+        faulty_arm("ok"),
+        format!("{} --nap-us 10000", faulty_arm("bursty")),
+    );
     let measure = || compare_json(&ws.path().join("harness.toml"), &[&ok, &bursty], 6, &[]).0;
     holds_on_a_second_look(measure, |report| {
         let unsaturated = |i| arm(report, i)["unsaturated_samples"].as_u64();
