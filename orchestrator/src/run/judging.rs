@@ -4,7 +4,6 @@
 //! the attempt's record; and the worktree checked again after it.
 
 use anyhow::Result;
-use std::time::Duration;
 
 use super::iterate::Attempt;
 use super::moves::Refusal;
@@ -12,7 +11,7 @@ use super::{say, Loop};
 use crate::bench::samples::Samples;
 use crate::bench::servers::arm::Arm;
 use crate::record::journal::AttemptRecord;
-use crate::referee::judge::{self, Judgement, Phase, Rules, Stages};
+use crate::referee::judge::{self, Judgement, Phase, Stages};
 use crate::referee::verdict::AttemptVerdict;
 
 /// Paths that changed in the worktree after the scope check, while the
@@ -73,19 +72,10 @@ impl Stages for LoopStages<'_, '_> {
 }
 
 impl Loop<'_> {
-    fn rules(&self) -> Rules {
-        Rules {
-            threshold: self.config().compare.threshold,
-            suspicious_gain: self.config().run.suspicious_gain,
-            max_p99_factor: self.config().compare.max_p99_factor,
-            smoke_window: Duration::from_millis(self.config().run.smoke_window_ms),
-        }
-    }
-
     /// The referee's judging sequence on the attempt's tree (build -> no-op
     /// -> smoke -> measure -> keep rule), taken into the record.
     pub(super) fn judge(&self, at: &mut Attempt, tree: git2::Oid) -> Result<Judgement> {
-        let rules = self.rules();
+        let rules = self.session.rules();
         let settings = self.settings();
         let mut judgement = judge::judge(
             &mut LoopStages {
@@ -122,7 +112,7 @@ impl Loop<'_> {
         match judge::admit(
             &mut stages,
             &self.champion_arm,
-            &self.rules(),
+            &self.session.rules(),
             &self.session.plan,
             &settings,
         )? {

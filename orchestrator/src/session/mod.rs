@@ -8,11 +8,13 @@ pub mod workspace;
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::bench::host::lock::CoreLock;
 use crate::bench::host::trial::TrialSettings;
 use crate::bench::meters::meter::MeterPlan;
 use crate::config::Config;
+use crate::referee::judge::Rules;
 use workspace::Workspace;
 
 pub struct Session {
@@ -83,6 +85,18 @@ impl Session {
 
     pub fn config(&self) -> &Config {
         &self.workspace.config
+    }
+
+    /// The keep rule's and the smoke run's settings: the loop and replay
+    /// judge with the same ones.
+    pub fn rules(&self) -> Rules {
+        let config = self.config();
+        Rules {
+            threshold: config.compare.threshold,
+            suspicious_gain: config.run.suspicious_gain,
+            max_p99_factor: config.compare.max_p99_factor,
+            smoke_window: Duration::from_millis(config.run.smoke_window_ms),
+        }
     }
 
     pub fn trial_settings(&self) -> TrialSettings {

@@ -4,7 +4,6 @@
 //! second implementation's.
 
 use anyhow::{Context, Result};
-use std::time::Duration;
 
 use super::{DecisionReplay, ReplayRecord, Replayer};
 use crate::bench::host::trial;
@@ -12,7 +11,7 @@ use crate::bench::samples::Samples;
 use crate::bench::servers::arm::{with_control, Arm};
 use crate::record::journal::AttemptRecord;
 use crate::record::lineage::{self, Lineage, Trees};
-use crate::referee::judge::{self, Phase, Rules, Stages};
+use crate::referee::judge::{self, Phase, Stages};
 use crate::referee::screen;
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::progress;
@@ -39,7 +38,7 @@ fn generation_of(a: &AttemptRecord) -> Option<&[usize]> {
         .filter(|g| g.len() > 1)
 }
 
-impl Replayer<'_> {
+impl<'a> Replayer<'a> {
     /// Re-applies every recorded attempt in order against the champion of
     /// this replay, and decides again with the loop's own stages and rule.
     /// A generation is screened again together, and judged as the loop
@@ -242,16 +241,11 @@ impl Replayer<'_> {
         champion: &Arm,
         settings: &trial::TrialSettings,
     ) -> Result<std::result::Result<Arm, (AttemptVerdict, Option<String>)>> {
-        let mut stages = ReplayStages {
-            replayer: self,
-            tree,
-            n,
-            settings,
-        };
+        let mut stages = self.stages(n, tree, settings);
         let admitted = judge::admit(
             &mut stages,
             champion,
-            &self.rules(),
+            &self.session.rules(),
             &self.session.plan,
             settings,
         )?;
@@ -260,13 +254,18 @@ impl Replayer<'_> {
             .map_err(|j| (j.verdict, j.detail.or(j.build_log_tail))))
     }
 
-    fn rules(&self) -> Rules {
-        let config = self.session.config();
-        Rules {
-            threshold: config.compare.threshold,
-            suspicious_gain: config.run.suspicious_gain,
-            max_p99_factor: config.compare.max_p99_factor,
-            smoke_window: Duration::from_millis(config.run.smoke_window_ms),
+    /// The stages that build attempt `n` from `tree` and measure it.
+    fn stages<'r>(
+        &'r self,
+        n: usize,
+        tree: git2::Oid,
+        settings: &'r trial::TrialSettings,
+    ) -> ReplayStages<'r, 'a> {
+        ReplayStages {
+            replayer: self,
+            tree,
+            n,
+            settings,
         }
     }
 
@@ -281,13 +280,8 @@ impl Replayer<'_> {
         settings: &trial::TrialSettings,
         d: &mut DecisionReplay,
     ) -> Result<Outcome> {
-        let rules = self.rules();
-        let mut stages = ReplayStages {
-            replayer: self,
-            tree,
-            n,
-            settings,
-        };
+        let rules = self.session.rules();
+        let mut stages = self.stages(n, tree, settings);
         let j = judge::judge(
             &mut stages,
             champion,
