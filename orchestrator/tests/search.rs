@@ -221,8 +221,6 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
         })
         .collect();
     let context = format!("{summary:#?}\n{}", show(&out));
-    // The ratios each saving measured, for a reader of a passing log too.
-    eprintln!("{summary:#?}");
     // Each saving is worth 10-14%: the agent measures all three first,
     // and none of them alone clears the 20% line on the start (a measurement
     // may call one promising or, with its interval touching 1, a discard).
@@ -278,9 +276,15 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
                 .is_some_and(|r| r.starts_with("saturated")),
             "{profile}"
         );
+        // Asleep, a server switches about once per connection (1.17-1.21 in
+        // the idle regime, benchmarks/runs/20261203T092426Z); rationed, at
+        // most once per ration period, and again whenever its clients fall
+        // behind for a moment. `perf record` shares the generator's core, so
+        // they fall behind a little more than in a scored window: 0.204 in
+        // one CI run. The line sits between busy and asleep, at 0.5.
         let switches = profile["context_switches_per_connection"].as_f64();
         assert!(
-            switches.is_some_and(|cs| cs < 0.2),
+            switches.is_some_and(|cs| cs < 0.5),
             "busy, not asleep: {profile}"
         );
         profiled += 1;

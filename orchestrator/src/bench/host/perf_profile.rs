@@ -6,7 +6,10 @@
 //! probe's allotment in the saturated regime. Unrationed here it sleeps
 //! between arrivals, and the profile showed what a server half asleep
 //! spends (`finish_task_switch` alone 15-21% of the samples), not what the
-//! referee scores.
+//! referee scores. `perf record` runs on the generator's cores (ratchet
+//! pins itself there), so the clients fall behind a little more often
+//! than in a scored window: a profile's context switches per connection
+//! say how near to saturated it was.
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
