@@ -2,7 +2,9 @@
 //! fixture server with three independent planted savings of 10-15% each.
 //! None clears the line alone, so a greedy climb keeps none of them; the loop
 //! keeps them together, through a stack of the promising attempts (and a
-//! retry where a measurement left one out).
+//! retry where a measurement left one out). A second fixture plants one
+//! cost that two changes must both drop: the loop keeps them through an
+//! interaction probe.
 //!
 //! The main job's line is 3%; the search's logic does not depend on where
 //! the line is, so the test puts it where task-clock resolves it in a few
@@ -133,33 +135,34 @@ fn define(name: &str, ns: u64) -> String {
     format!("#define {name} {ns}L\n")
 }
 
-fn savings_playbook() -> Vec<String> {
-    ["A", "B", "C"]
+fn playbook(costs: &[&str], per_mille: u64) -> Vec<String> {
+    costs
         .iter()
         .map(|x| {
             entry(
                 &format!("drop-extra-{}", x.to_lowercase()),
                 &format!("Drop planted cost {x}"),
-                &define(&format!("EXTRA_{x}"), EXTRA_PER_MILLE),
+                &define(&format!("EXTRA_{x}"), per_mille),
                 &define(&format!("EXTRA_{x}"), 0),
             )
         })
         .collect()
 }
 
-/// The fixture repository with the three planted costs, each defined on its
-/// own line with unchanged lines between, so their edits merge.
-fn savings_repo(extra: &str) -> tempfile::TempDir {
-    let repo = fixture_repo_with_spin("", &savings_playbook(), 0);
+/// A fixture repository with planted costs, each defined on its own line
+/// with unchanged lines between, so their edits merge; `spins` is the C
+/// that spends them for each connection.
+fn planted_repo(costs: &[&str], per_mille: u64, spins: &str) -> tempfile::TempDir {
+    let repo = fixture_repo_with_spin("", &playbook(costs, per_mille), 0);
     let root = repo.path();
     let server = root.join("treatment/server.c");
     let text = std::fs::read_to_string(&server).unwrap();
-    let defines: String = ["A", "B", "C"]
+    let defines: String = costs
         .iter()
         .map(|x| {
             format!(
                 "/* planted cost {x}: */\n{}/* (end of {x}) */\n\n",
-                define(&format!("EXTRA_{x}"), EXTRA_PER_MILLE)
+                define(&format!("EXTRA_{x}"), per_mille)
             )
         })
         .collect();
@@ -176,13 +179,22 @@ fn savings_repo(extra: &str) -> tempfile::TempDir {
         )
         .replacen(
             "\tslow_down();\n",
-            "\tslow_down();\n\tcount_connection();\n\tspin_for(EXTRA_A);\n\tspin_for(EXTRA_B);\n\tspin_for(EXTRA_C);\n",
+            &format!("\tslow_down();\n\tcount_connection();\n{spins}"),
             1,
         );
     std::fs::write(&server, text).unwrap();
-    std::fs::write(root.join("harness.toml"), format!("{SATURATED}{extra}")).unwrap();
-    commit_all(root, "three planted costs");
+    std::fs::write(root.join("harness.toml"), SATURATED).unwrap();
+    commit_all(root, "planted costs");
     repo
+}
+
+/// The three independent planted costs.
+fn savings_repo() -> tempfile::TempDir {
+    planted_repo(
+        &["A", "B", "C"],
+        EXTRA_PER_MILLE,
+        "\tspin_for(EXTRA_A);\n\tspin_for(EXTRA_B);\n\tspin_for(EXTRA_C);\n",
+    )
 }
 
 fn show(out: &Output) -> String {
@@ -200,7 +212,7 @@ fn champion_source(root: &Path, id: &str) -> String {
 #[test]
 fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
     let _g = exclusive();
-    let repo = savings_repo("");
+    let repo = savings_repo();
     let root = repo.path();
     let out = ratchet_run(root, &[], &[]);
     assert!(out.status.success(), "{}", show(&out));
@@ -294,4 +306,47 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
         1 + kept.len(),
         "the start and each keep: {context}"
     );
+}
+
+/// Two changes that pay only together: one planted cost that either of two
+/// definitions keeps (`spin_for(max(D, E))`), 800 per mille of the server's
+/// own time, so dropping both saves 32-44% of the whole (own time 0.6-1.0
+/// of the rest) and dropping one saves nothing. Each alone measures near 1,
+/// no belief foresees the union, and the agent has nothing left: the run
+/// keeps them only if the loop probes the pair before it stops.
+#[test]
+fn two_changes_worth_nothing_alone_are_kept_together_by_an_interaction_probe() {
+    let _g = exclusive();
+    let repo = planted_repo(
+        &["D", "E"],
+        800,
+        // Read at run time, or the compiler folds the maximum and dropping
+        // one builds the champion's own binary (a no_op).
+        "\t{\n\t\tstatic volatile long d, e;\n\n\t\td = EXTRA_D;\n\t\te = EXTRA_E;\n\t\tspin_for(d > e ? d : e);\n\t}\n",
+    );
+    let root = repo.path();
+    let out = ratchet_run(root, &[], &[]);
+    assert!(out.status.success(), "{}", show(&out));
+    let (id, run_dir) = only_run(root);
+    let a = attempts(&run_dir);
+    let context = format!("{}\n{}", verdict_details(&run_dir), show(&out));
+    assert_eq!(a.len(), 3, "{context}");
+    for (x, idea) in a.iter().zip(["drop-extra-d", "drop-extra-e"]) {
+        assert_eq!(
+            (x["idea"].as_str(), x["origin"].as_str()),
+            (Some(idea), Some("agent"))
+        );
+        assert_ne!(x["verdict"], "keep", "{context}");
+    }
+    let pair = &a[2];
+    assert_eq!(pair["origin"], "stack", "{context}");
+    assert_eq!(pair["stack_of"], serde_json::json!([1, 2]), "{context}");
+    assert_eq!(pair["verdict"], "keep", "{context}");
+    let source = champion_source(root, &id);
+    for x in ["D", "E"] {
+        assert!(
+            source.contains(&define(&format!("EXTRA_{x}"), 0)),
+            "{source}"
+        );
+    }
 }

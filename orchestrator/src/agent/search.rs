@@ -38,6 +38,9 @@ pub struct SearchConfig {
     /// A stack is proposed only when it clears the keep line with at least
     /// this probability.
     pub stack_min_probability: f64,
+    /// Stacks of two measured on one champion at most: the interaction
+    /// probes among material ideas, made when nothing else is left.
+    pub pairs: usize,
     /// Retries measured per run at most, and after each keep at most.
     pub max_retries: usize,
     pub retries_per_keep: usize,
@@ -70,6 +73,7 @@ impl Default for SearchConfig {
             max_stacks: 8,
             max_stack_parts: 5,
             stack_min_probability: 0.5,
+            pairs: 3,
             max_retries: 8,
             retries_per_keep: 3,
             near_zero: 0.02,

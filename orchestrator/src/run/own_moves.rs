@@ -13,6 +13,8 @@
 //! never stacked twice on one champion. When the agent has no move left,
 //! the bar drops to `search.min_keep_probability`, the one the offline
 //! agent stops at, so a run never stops with a stack worth an attempt.
+//! Past that, before the run stops, the loop probes pairs of ideas that
+//! measured near 1: what beliefs cannot foresee (see [`View::pair`]).
 
 use crate::agent::search::{self, SearchConfig};
 use crate::agent::{AttemptSummary, Origin, PoolEntry};
@@ -125,13 +127,18 @@ impl View<'_> {
         self.stack_at(self.cfg.min_keep_probability)
     }
 
-    fn stack_at(&self, min_probability: f64) -> Option<Vec<usize>> {
+    /// Stacks are proposed at all: asked for, and within the run's budget.
+    fn stacks_allowed(&self) -> bool {
         let stacks = self
             .history
             .iter()
             .filter(|a| a.origin == Origin::Stack)
             .count();
-        if !self.cfg.stack || stacks >= self.cfg.max_stacks {
+        self.cfg.stack && stacks < self.cfg.max_stacks
+    }
+
+    fn stack_at(&self, min_probability: f64) -> Option<Vec<usize>> {
+        if !self.stacks_allowed() {
             return None;
         }
         let pool: Vec<PoolEntry> = self
@@ -160,6 +167,68 @@ impl View<'_> {
             parts.sort_unstable();
             parts
         })
+    }
+
+    /// Ideas the champion lacks that may still pay beside another, cheapest
+    /// first, at most `search.max_stack_parts`: the latest measurement of
+    /// each, unless it resolved a loss larger than `search.near_zero`. An
+    /// idea worth nothing alone is material too: two changes may each undo
+    /// half of one cost, and only together remove it.
+    pub fn material(&self) -> Vec<&AttemptSummary> {
+        let mut out: Vec<&AttemptSummary> = self
+            .latest()
+            .into_iter()
+            .filter(|a| !self.kept_ideas.contains(&a.idea))
+            .filter(|a| {
+                a.ratio.is_some()
+                    && a.interval
+                        .is_some_and(|[lo, _]| lo.ln() <= self.cfg.near_zero)
+            })
+            .collect();
+        out.sort_by(|a, b| a.ratio.unwrap().total_cmp(&b.ratio.unwrap()));
+        out.truncate(self.cfg.max_stack_parts);
+        out
+    }
+
+    /// The interaction probe, made once the agent and the stacks have
+    /// nothing left: the union of two material ideas, the pair whose parts
+    /// measured cheapest first, never one already measured on this
+    /// champion, at most `search.pairs` stacks of two per champion. Beliefs
+    /// add the parts' worths, so no stack rule can foresee a pair that pays
+    /// only together; only measuring it can.
+    pub fn pair(&self) -> Option<Vec<usize>> {
+        let here = self
+            .history
+            .iter()
+            .filter(|a| {
+                a.origin == Origin::Stack && a.champion == self.champion && a.stack_of.len() == 2
+            })
+            .count();
+        if !self.stacks_allowed() || here >= self.cfg.pairs {
+            return None;
+        }
+        let m = self.material();
+        let mut best: Option<(f64, [usize; 2])> = None;
+        for (i, a) in m.iter().enumerate() {
+            for b in &m[i + 1..] {
+                if self.tried_here(&stack_idea(&[&a.idea, &b.idea])).is_some() {
+                    continue;
+                }
+                let cost = a.ratio.unwrap().ln() + b.ratio.unwrap().ln();
+                if best.is_none_or(|(c, _)| cost < c) {
+                    let mut parts = [a.number, b.number];
+                    parts.sort_unstable();
+                    best = Some((cost, parts));
+                }
+            }
+        }
+        best.map(|(_, parts)| parts.to_vec())
+    }
+
+    /// The move once the agent has nothing left: the last stack worth
+    /// measuring, else an interaction probe. The run stops when neither is.
+    pub fn last_move(&self) -> Option<Vec<usize>> {
+        self.last_stack().or_else(|| self.pair())
     }
 
     /// The retry the loop makes for an agent that does not plan its own:
@@ -327,6 +396,56 @@ mod tests {
             None,
             "a union that cannot clear the line is not measured"
         );
+    }
+
+    #[test]
+    fn ideas_worth_nothing_alone_are_probed_in_pairs_before_the_run_stops() {
+        let cfg = SearchConfig {
+            pairs: 2,
+            ..SearchConfig::default()
+        };
+        let h = vec![
+            attempt(1, "a", "c0", 1.001, 0.01),
+            attempt(2, "b", "c0", 0.999, 0.01),
+            attempt(3, "loss", "c0", 1.10, 0.01),
+            attempt(4, "c", "c0", 1.012, 0.005),
+        ];
+        let lineage = c0();
+        let v = view(&h, &lineage, &[], &cfg);
+        assert_eq!(v.last_stack(), None, "beliefs foresee nothing together");
+        let ideas: Vec<&str> = v.material().iter().map(|a| a.idea.as_str()).collect();
+        assert_eq!(
+            ideas,
+            ["b", "a", "c"],
+            "a resolved loss within near zero too"
+        );
+        assert_eq!(v.last_move(), Some(vec![1, 2]), "the cheapest pair first");
+        let probe = |n, parts: [usize; 2], ideas: [&str; 2], champion: &str| {
+            let mut s = attempt(n, &stack_idea(&ideas), champion, 1.0, 0.01);
+            s.origin = Origin::Stack;
+            s.stack_of = parts.to_vec();
+            s
+        };
+        let h2 = [h.clone(), vec![probe(5, [1, 2], ["a", "b"], "c0")]].concat();
+        assert_eq!(view(&h2, &lineage, &[], &cfg).last_move(), Some(vec![2, 4]));
+        let h3 = [h2.clone(), vec![probe(6, [2, 4], ["b", "c"], "c0")]].concat();
+        assert_eq!(
+            view(&h3, &lineage, &[], &cfg).last_move(),
+            None,
+            "search.pairs per champion"
+        );
+        // A new champion is probed again, without its kept idea.
+        let lineage = vec!["c0".to_string(), "c1".to_string()];
+        let kept = vec!["b".to_string()];
+        assert_eq!(
+            view(&h3, &lineage, &kept, &cfg).last_move(),
+            Some(vec![1, 4])
+        );
+        let off = SearchConfig {
+            max_stacks: 2,
+            ..cfg
+        };
+        assert_eq!(view(&h3, &lineage, &kept, &off).last_move(), None);
     }
 
     #[test]

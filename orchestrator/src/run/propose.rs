@@ -137,7 +137,8 @@ impl Loop<'_> {
     }
 
     /// The move: the loop's own (`forced`), else the agent's; an agent with
-    /// nothing left still gets the last stack worth measuring, if any.
+    /// nothing left still gets the last stack worth measuring or an
+    /// interaction probe, if any.
     fn propose(
         &mut self,
         n: usize,
@@ -152,7 +153,7 @@ impl Loop<'_> {
                     .set_message(format!("#{n} asking the {} agent", self.agent.name()));
                 match self.agent.propose(ctx) {
                     Ok(Proposed::Exhausted) => {
-                        Ok(self.view(&ctx.history, &ctx.lineage).last_stack().map_or(
+                        Ok(self.view(&ctx.history, &ctx.lineage).last_move().map_or(
                             Proposed::Exhausted,
                             |parts| Proposed::Stack { parts, usage: None },
                         ))
