@@ -349,4 +349,15 @@ fn two_changes_worth_nothing_alone_are_kept_together_by_an_interaction_probe() {
             "{source}"
         );
     }
+    // The agents' lessons set the pair beside its parts.
+    let lessons = std::fs::read_to_string(run_dir.join("lessons.md")).unwrap();
+    let section = lessons
+        .split_once("### Interactions measured")
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("no interactions in the lessons:\n{lessons}"));
+    assert!(
+        section.contains("#1 Drop planted cost D")
+            && section.contains("pay more together than apart"),
+        "{section}"
+    );
 }

@@ -31,6 +31,10 @@ pub struct Lesson {
     pub champion: String,
     pub attempt_ref: Option<String>,
     pub detail: Option<String>,
+    /// The attempts a stack merged, so the digest can set what the union
+    /// measured beside what its parts measured alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack_of: Vec<usize>,
 }
 
 pub struct KnowledgeBase {
@@ -153,7 +157,64 @@ pub fn render(seed: &str, lessons: &[Lesson]) -> String {
             );
         }
     }
+    out += &interactions(lessons);
     out
+}
+
+/// What a union measured against the product of its parts' ratios alone:
+/// independent savings multiply, so a union whose interval excludes that
+/// product interacts. Each part was measured against its own champion, so
+/// the product is the prediction an agent would make, not a measurement.
+fn interaction(stack: &Lesson, parts: &[&Lesson]) -> Option<String> {
+    let (ratio, [lo, hi]) = (stack.ratio?, stack.interval?);
+    let mut product = 1.0;
+    let mut names = Vec::new();
+    for p in parts {
+        product *= p.ratio?;
+        names.push(format!("#{} {} ({:.3})", p.attempt, p.hypothesis, p.ratio?));
+    }
+    let reading = if hi < product {
+        "they pay more together than apart"
+    } else if lo > product {
+        "together they pay less than apart"
+    } else {
+        "they add up as independent savings would"
+    };
+    Some(format!(
+        "- {}: together {ratio:.3} [{lo:.3}, {hi:.3}] against {product:.3}, the product of \
+         their ratios alone: {reading} ({} #{})\n",
+        names.join(" + "),
+        stack.run,
+        stack.attempt
+    ))
+}
+
+/// The digest's section of measured interactions, empty without a union
+/// whose parts were all measured alone.
+fn interactions(lessons: &[Lesson]) -> String {
+    let lines: String = lessons
+        .iter()
+        .filter(|l| l.stack_of.len() >= 2)
+        .filter_map(|stack| {
+            let parts: Option<Vec<&Lesson>> = stack
+                .stack_of
+                .iter()
+                .map(|n| {
+                    lessons
+                        .iter()
+                        .find(|l| l.run == stack.run && l.attempt == *n)
+                })
+                .collect();
+            interaction(stack, &parts?)
+        })
+        .collect();
+    if lines.is_empty() {
+        return lines;
+    }
+    format!(
+        "\n### Interactions measured\n\nUnions of ideas beside what each measured alone; a \
+         union that pays more than its parts' product holds a saving no part shows alone.\n\n{lines}"
+    )
 }
 
 /// The knowledge base of the repository at `root`, from the configured paths.
@@ -179,6 +240,7 @@ mod tests {
             champion: "abc".into(),
             attempt_ref: Some("refs/ratchet/r1/attempts/1".into()),
             detail: None,
+            stack_of: Vec::new(),
         }
     }
 
@@ -195,6 +257,40 @@ mod tests {
         assert!(text.find("### accept").unwrap() < text.find("### tcp").unwrap());
         assert!(text.contains("ratio 0.900 [0.850, 0.950]"));
         assert!(text.contains("refs/ratchet/r1/attempts/1"));
+    }
+
+    #[test]
+    fn the_digest_sets_each_union_beside_the_product_of_its_parts() {
+        let measured = |n, hypothesis: &str, ratio: f64, half: f64, stack_of: Vec<usize>| Lesson {
+            attempt: n,
+            hypothesis: hypothesis.into(),
+            ratio: Some(ratio),
+            interval: Some([ratio - half, ratio + half]),
+            stack_of,
+            ..lesson(AttemptVerdict::Discard, "tcp")
+        };
+        let lessons = [
+            measured(1, "drop d", 0.996, 0.01, vec![]),
+            measured(2, "drop e", 0.998, 0.01, vec![]),
+            measured(3, "stack d+e", 0.62, 0.02, vec![1, 2]),
+            measured(4, "drop f", 0.98, 0.005, vec![]),
+            measured(5, "stack e+f", 0.979, 0.01, vec![2, 4]),
+            measured(6, "stack of one unmeasured", 0.9, 0.01, vec![4, 9]),
+        ];
+        let text = render("", &lessons);
+        let section = &text[text.find("### Interactions measured").expect(&text)..];
+        assert!(
+            section.contains("#1 drop d (0.996) + #2 drop e (0.998): together 0.620")
+                && section.contains("they pay more together than apart (r1 #3)"),
+            "{section}"
+        );
+        assert!(
+            section.contains("against 0.978") && section.contains("they add up"),
+            "{section}"
+        );
+        assert!(!section.contains("#6"), "a part never measured: {section}");
+        let alone = render("", &lessons[..2]);
+        assert!(!alone.contains("Interactions"), "{alone}");
     }
 
     #[test]

@@ -154,5 +154,6 @@ pub fn lesson_of(run: &str, a: &AttemptRecord) -> Option<Lesson> {
         champion: a.champion.clone(),
         attempt_ref: a.attempt_ref.clone(),
         detail: a.detail.clone(),
+        stack_of: a.stack_of.clone(),
     })
 }
