@@ -205,6 +205,24 @@ fn show(out: &Output) -> String {
     )
 }
 
+/// The stack's ablation names each of its parts, and the stack measured
+/// dearer without each one.
+fn every_part_gives(stack: &serde_json::Value, context: &str) {
+    let parts = stack["ablation"]["parts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a kept stack not ablated: {stack}\n{context}"));
+    let numbers: Vec<&serde_json::Value> = parts.iter().map(|p| &p["attempt"]).collect();
+    let stack_of: Vec<&serde_json::Value> = stack["stack_of"].as_array().unwrap().iter().collect();
+    assert_eq!(numbers, stack_of, "{context}");
+    for p in parts {
+        let without = p["without"]["ratio_median"].as_f64();
+        assert!(
+            without.is_some_and(|r| r > 1.0),
+            "a part of a kept stack gives nothing: {p}\n{context}"
+        );
+    }
+}
+
 fn champion_source(root: &Path, id: &str) -> String {
     git(root, &["show", &format!("ratchet/{id}:treatment/server.c")])
 }
@@ -253,6 +271,10 @@ fn three_sub_threshold_savings_end_in_the_champion_through_a_stack() {
                 && x["stack_of"].as_array().is_some_and(|p| p.len() >= 2)),
         "{context}"
     );
+    // Each kept stack was ablated before its keep, and every part gave.
+    for x in kept.iter().filter(|x| x["origin"] == "stack") {
+        every_part_gives(x, &context);
+    }
     // At least two savings are in the champion. A third may be left out
     // only as a saving the loop still rates promising at its last
     // measurement: a stack of all three (0.892 in the duet) was once
@@ -342,6 +364,7 @@ fn two_changes_worth_nothing_alone_are_kept_together_by_an_interaction_probe() {
     assert_eq!(pair["origin"], "stack", "{context}");
     assert_eq!(pair["stack_of"], serde_json::json!([1, 2]), "{context}");
     assert_eq!(pair["verdict"], "keep", "{context}");
+    every_part_gives(pair, &context);
     let source = champion_source(root, &id);
     for x in ["D", "E"] {
         assert!(

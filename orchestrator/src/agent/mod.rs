@@ -99,6 +99,10 @@ pub struct AttemptSummary {
     pub stack_of: Vec<usize>,
     #[serde(default)]
     pub retry_of: Option<usize>,
+    /// For a stack the keep rule passed: the parts its ablation found
+    /// costing more than they give, for which it was not kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub costly_parts: Vec<usize>,
 }
 
 fn default_level() -> f64 {
@@ -136,6 +140,7 @@ impl AttemptSummary {
             origin: Origin::Agent,
             stack_of: vec![],
             retry_of: None,
+            costly_parts: vec![],
         }
     }
 }

@@ -41,6 +41,9 @@ pub struct SearchConfig {
     /// Stacks of two measured on one champion at most: the interaction
     /// probes among material ideas, made when nothing else is left.
     pub pairs: usize,
+    /// A stack the keep rule passed is measured without each part before
+    /// it is kept; one with a part that costs more than it gives is not.
+    pub ablate_stacks: bool,
     /// Retries measured per run at most, and after each keep at most.
     pub max_retries: usize,
     pub retries_per_keep: usize,
@@ -74,6 +77,7 @@ impl Default for SearchConfig {
             max_stack_parts: 5,
             stack_min_probability: 0.5,
             pairs: 3,
+            ablate_stacks: true,
             max_retries: 8,
             retries_per_keep: 3,
             near_zero: 0.02,

@@ -189,16 +189,16 @@ impl Loop<'_> {
             }
             self.check_out(&c.at)?;
             let judgement = self.judge(&mut c.at, c.tree)?;
-            if judgement.verdict.is_keep() {
+            if judgement.verdict.is_keep() && self.survives_ablation(&mut c.at, c.tree)? {
                 kept = Some(c.at.n);
                 // The others are recorded before the keep, which journals
                 // the generation before its champion.
                 for (c, s) in queue.by_ref().chain(rest.drain(..)) {
                     self.end_screened(c, &s, &numbers, kept)?;
                 }
-                return self.end_judged(c.at, c.tree, &judgement);
+                return self.keep(c.at, c.tree, &judgement);
             }
-            self.end_judged(c.at, c.tree, &judgement)?;
+            self.discard(c.at, judgement.tampered)?;
         }
         for (c, s) in rest {
             self.end_screened(c, &s, &numbers, kept)?;

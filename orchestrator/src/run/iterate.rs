@@ -14,7 +14,7 @@ use anyhow::Result;
 use std::time::Instant;
 
 use super::moves::Refusal;
-use super::{scope, Loop};
+use super::{say, scope, Loop};
 use crate::agent::{Origin, Proposed};
 use crate::bench::meters::meter::MeterEvent;
 use crate::clock::now_utc;
@@ -77,6 +77,7 @@ pub(super) fn new_record(
         extended: false,
         endurance: None,
         screen: None,
+        ablation: None,
         control_drift: None,
         durations: Durations::default(),
         usage: None,
@@ -185,18 +186,49 @@ impl Loop<'_> {
         Ok(true)
     }
 
-    /// Keeps or discards a judged attempt, as its judgement says.
+    /// Keeps or discards a judged attempt, as its judgement says and as
+    /// the ablation of a stack allows.
     pub(super) fn end_judged(
         &mut self,
-        at: Attempt,
+        mut at: Attempt,
         tree: git2::Oid,
         judgement: &Judgement,
     ) -> Result<()> {
-        if judgement.verdict.is_keep() {
+        if judgement.verdict.is_keep() && self.survives_ablation(&mut at, tree)? {
             self.keep(at, tree, judgement)
         } else {
             self.discard(at, judgement.tampered)
         }
+    }
+
+    /// Whether an attempt the keep rule passed may be kept: a stack only
+    /// when no part costs more than it gives in it. One that does is
+    /// marked a discard, naming the part.
+    pub(super) fn survives_ablation(&self, at: &mut Attempt, tree: git2::Oid) -> Result<bool> {
+        at.record.ablation = self.ablate_stack(at, tree)?;
+        let Some(costly) = at
+            .record
+            .ablation
+            .as_ref()
+            .and_then(|a| a.costliest())
+            .map(|p| format!("#{} ({}): {}", p.attempt, p.idea, p.describe()))
+        else {
+            return Ok(true);
+        };
+        at.record.verdict = AttemptVerdict::Discard;
+        at.record.detail = Some(format!(
+            "the keep rule passed it, but the stack measured cheaper without {costly}: \
+             it is not kept, and the stack without it is the next move{}",
+            at.record
+                .detail
+                .as_ref()
+                .map_or(String::new(), |d| format!("; {d}"))
+        ));
+        say(
+            &self.bar,
+            format!("#{} the stack is cheaper without {costly}", at.n),
+        );
+        Ok(false)
     }
 
     /// A new attempt, proposed (by the loop's own move when `own_moves`
@@ -328,7 +360,12 @@ impl Loop<'_> {
 
     /// Keeps the attempt: its tree committed on the run branch with the
     /// evidence, its record, then the new champion (journal, build, profile).
-    fn keep(&mut self, mut at: Attempt, tree: git2::Oid, judgement: &Judgement) -> Result<()> {
+    pub(super) fn keep(
+        &mut self,
+        mut at: Attempt,
+        tree: git2::Oid,
+        judgement: &Judgement,
+    ) -> Result<()> {
         let cost = judgement
             .evidence
             .as_ref()

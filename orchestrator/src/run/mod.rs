@@ -10,6 +10,7 @@
 //! control; no stored score is ever trusted.
 
 mod aa;
+mod ablation;
 mod generation;
 mod iterate;
 mod judging;

@@ -269,11 +269,36 @@ impl View<'_> {
             .map(|(n, _)| n)
     }
 
+    /// A stack the keep rule passed but whose ablation found parts that
+    /// cost more than they give: the same stack without them, once, while
+    /// two parts are left and the run's stack budget allows.
+    pub fn pruned(&self) -> Option<Vec<usize>> {
+        let stack = self.history.iter().rev().find(|a| {
+            a.origin == Origin::Stack && a.champion == self.champion && !a.costly_parts.is_empty()
+        })?;
+        let rest: Vec<usize> = stack
+            .stack_of
+            .iter()
+            .copied()
+            .filter(|n| !stack.costly_parts.contains(n))
+            .collect();
+        let ideas: Vec<&str> = rest
+            .iter()
+            .filter_map(|n| self.history.iter().find(|a| a.number == *n))
+            .map(|a| a.idea.as_str())
+            .collect();
+        let fresh = ideas.len() == rest.len() && self.tried_here(&stack_idea(&ideas)).is_none();
+        (rest.len() >= 2 && fresh && self.stacks_allowed()).then_some(rest)
+    }
+
     /// What the loop does before asking the agent, if anything.
     /// The loop's own move, if any: a stack (held while the agent is still
     /// `exploring` and the pool has room for more parts), else a retry for
     /// an agent that plans none.
     pub fn next_move(&self, agent_plans_retries: bool, exploring: bool) -> Option<LoopMove> {
+        if let Some(parts) = self.pruned() {
+            return Some(LoopMove::Stack(parts));
+        }
         let hold = exploring && self.pool().len() < self.cfg.max_stack_parts;
         if let Some(parts) = self.stack().filter(|_| !hold) {
             return Some(LoopMove::Stack(parts));
@@ -446,6 +471,42 @@ mod tests {
             ..cfg
         };
         assert_eq!(view(&h3, &lineage, &kept, &off).last_move(), None);
+    }
+
+    #[test]
+    fn a_stack_with_a_part_that_costs_more_than_it_gives_is_measured_again_without_it() {
+        let cfg = SearchConfig::default();
+        let mut h = vec![
+            attempt(1, "a", "c0", 0.97, 0.01),
+            attempt(2, "b", "c0", 0.98, 0.01),
+            attempt(3, "c", "c0", 0.98, 0.01),
+        ];
+        let mut s = attempt(4, &stack_idea(&["a", "b", "c"]), "c0", 0.93, 0.01);
+        s.origin = Origin::Stack;
+        s.stack_of = vec![1, 2, 3];
+        h.push(s.clone());
+        let lineage = c0();
+        assert_eq!(
+            view(&h, &lineage, &[], &cfg).pruned(),
+            None,
+            "no costly part"
+        );
+        s.costly_parts = vec![2];
+        h[3] = s;
+        let v = view(&h, &lineage, &[], &cfg);
+        assert_eq!(v.pruned(), Some(vec![1, 3]));
+        assert_eq!(v.next_move(true, true), Some(LoopMove::Stack(vec![1, 3])));
+        // Once measured, not again; on a later champion, never.
+        let mut again = attempt(5, &stack_idea(&["a", "c"]), "c0", 0.95, 0.01);
+        again.origin = Origin::Stack;
+        again.stack_of = vec![1, 3];
+        let h2 = [h.clone(), vec![again]].concat();
+        assert_eq!(view(&h2, &lineage, &[], &cfg).pruned(), None);
+        let later = vec!["c0".to_string(), "c1".to_string()];
+        assert_eq!(view(&h, &later, &[], &cfg).pruned(), None);
+        // One part left is no stack.
+        h[3].costly_parts = vec![2, 3];
+        assert_eq!(view(&h, &lineage, &[], &cfg).pruned(), None);
     }
 
     #[test]

@@ -75,6 +75,12 @@ impl Loop<'_> {
                 origin: a.origin,
                 stack_of: a.stack_of.clone(),
                 retry_of: a.retry_of,
+                costly_parts: a
+                    .ablation
+                    .as_ref()
+                    .and_then(|x| x.costliest())
+                    .map(|p| vec![p.attempt])
+                    .unwrap_or_default(),
             })
             .collect()
     }
