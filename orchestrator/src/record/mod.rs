@@ -7,4 +7,5 @@ pub mod journal;
 pub mod knowledge;
 pub mod lineage;
 pub mod recorded;
+pub mod stack_ablation;
 pub mod trailers;

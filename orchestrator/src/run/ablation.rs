@@ -3,20 +3,51 @@
 //! measurement. What each part gives in the stack is then on record, and
 //! the champion carries no part that costs more than it gives: a stack with
 //! one is not kept, and the same stack without those parts is the loop's
-//! next move (`View::pruned` in `own_moves.rs`).
+//! next move (`View::pruned` in `probes.rs`).
 
 use anyhow::{Context, Result};
 
 use super::iterate::Attempt;
-use super::Loop;
+use super::{say, Loop};
 use crate::bench::samples::Samples;
-use crate::record::journal::{PartInStack, StackAblation};
 use crate::record::lineage::carry_over;
+use crate::record::stack_ablation::{PartInStack, StackAblation};
+use crate::referee::verdict::AttemptVerdict;
 
 /// Seeds an ablation apart from its stack's judging and from any screen.
 const SEED: u64 = 2 << 32;
 
 impl Loop<'_> {
+    /// Whether an attempt the keep rule passed may be kept: a stack only
+    /// when no part costs more than it gives in it. One that does is
+    /// marked a discard, naming the part.
+    pub(super) fn survives_ablation(&self, at: &mut Attempt, tree: git2::Oid) -> Result<bool> {
+        at.record.ablation = self.ablate_stack(at, tree)?;
+        let Some(costly) = at
+            .record
+            .ablation
+            .as_ref()
+            .and_then(|a| a.costliest())
+            .map(|p| format!("#{} ({}): {}", p.attempt, p.idea, p.describe()))
+        else {
+            return Ok(true);
+        };
+        at.record.verdict = AttemptVerdict::Discard;
+        at.record.detail = Some(format!(
+            "the keep rule passed it, but the stack measured cheaper without {costly}: \
+             it is not kept, and the stack without it is the next move{}",
+            at.record
+                .detail
+                .as_ref()
+                .map_or(String::new(), |d| format!("; {d}"))
+        ));
+        say(
+            &self.bar,
+            format!("#{} the stack is cheaper without {costly}", at.n),
+        );
+        Ok(false)
+    }
+
     /// The ablation of `at`, a stack of two or more parts whose tree is
     /// `tree`, when `search.ablate_stacks` asks for one.
     pub(super) fn ablate_stack(

@@ -13,8 +13,9 @@
 use anyhow::Result;
 use std::time::Instant;
 
+use super::commits::{attempt_message, kept_message, provenance};
 use super::moves::Refusal;
-use super::{say, scope, Loop};
+use super::{scope, Loop};
 use crate::agent::{Origin, Proposed};
 use crate::bench::meters::meter::MeterEvent;
 use crate::clock::now_utc;
@@ -105,23 +106,6 @@ fn close(
     r
 }
 
-fn provenance(record: &AttemptRecord) -> trailers::Provenance {
-    trailers::Provenance {
-        origin: record.origin,
-        stack_of: record.stack_of.clone(),
-        retry_of: record.retry_of,
-    }
-}
-
-/// The message of attempt `n`'s own commit (its ref), whatever its verdict.
-fn attempt_message(run_id: &str, n: usize, record: &AttemptRecord) -> String {
-    format!(
-        "attempt {n}: {}\n\n{}",
-        record.hypothesis,
-        trailers::attempt(run_id, n, &provenance(record))
-    )
-}
-
 /// How the scope check ends an attempt, if it does: a no-op when nothing
 /// changed at all, out of scope when anything changed where it may not.
 fn scope_refusal(nothing_changed: bool, outside: &[String]) -> Option<Refusal> {
@@ -133,31 +117,6 @@ fn scope_refusal(nothing_changed: bool, outside: &[String]) -> Option<Refusal> {
         let detail = format!("changed paths outside run.allowed_paths: {paths}");
         (AttemptVerdict::Scope, detail)
     })
-}
-
-/// The kept commit's message: what was tried, by whom, and the evidence
-/// in trailers that `ratchet log` reads back.
-fn kept_message(record: &AttemptRecord, agent: &str, evidence: &trailers::Evidence) -> String {
-    let cmp = record.vs_champion.as_ref();
-    let ratios = cmp.map_or(&[][..], |c| &c.block_ratios[..]);
-    format!(
-        "{}\n\nAgent: {}{}\nCategory: {}\nMeasured side by side with the champion and the control in {} samples;\n\
-         per-sample cost ratios candidate/champion: [{}].\n\n{}",
-        record.hypothesis,
-        agent,
-        record
-            .playbook_id
-            .as_deref()
-            .map_or(String::new(), |p| format!(" (playbook entry {p})")),
-        record.category,
-        ratios.len(),
-        ratios
-            .iter()
-            .map(|r| format!("{r:.3}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        evidence.render(),
-    )
 }
 
 /// How preparing an attempt ended.
@@ -199,36 +158,6 @@ impl Loop<'_> {
         } else {
             self.discard(at, judgement.tampered)
         }
-    }
-
-    /// Whether an attempt the keep rule passed may be kept: a stack only
-    /// when no part costs more than it gives in it. One that does is
-    /// marked a discard, naming the part.
-    pub(super) fn survives_ablation(&self, at: &mut Attempt, tree: git2::Oid) -> Result<bool> {
-        at.record.ablation = self.ablate_stack(at, tree)?;
-        let Some(costly) = at
-            .record
-            .ablation
-            .as_ref()
-            .and_then(|a| a.costliest())
-            .map(|p| format!("#{} ({}): {}", p.attempt, p.idea, p.describe()))
-        else {
-            return Ok(true);
-        };
-        at.record.verdict = AttemptVerdict::Discard;
-        at.record.detail = Some(format!(
-            "the keep rule passed it, but the stack measured cheaper without {costly}: \
-             it is not kept, and the stack without it is the next move{}",
-            at.record
-                .detail
-                .as_ref()
-                .map_or(String::new(), |d| format!("; {d}"))
-        ));
-        say(
-            &self.bar,
-            format!("#{} the stack is cheaper without {costly}", at.n),
-        );
-        Ok(false)
     }
 
     /// A new attempt, proposed (by the loop's own move when `own_moves`
@@ -423,7 +352,6 @@ impl Loop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::referee::compare::Comparison;
 
     fn record(n: usize) -> AttemptRecord {
         new_record(n, "offline", "c0", MeterEvent::TaskClock, "t0".into())
@@ -480,55 +408,5 @@ mod tests {
                 "changed paths outside run.allowed_paths: Makefile, the git directory: HEAD"
             );
         }
-    }
-
-    #[test]
-    fn an_attempt_commit_names_the_attempt_and_its_provenance() {
-        let mut r = record(4);
-        r.hypothesis = "use MSG_MORE".into();
-        r.origin = Origin::Retry;
-        r.retry_of = Some(2);
-        let m = attempt_message("run1", 4, &r);
-        assert!(m.starts_with("attempt 4: use MSG_MORE\n\n"), "{m}");
-        assert!(
-            m.ends_with(&trailers::attempt("run1", 4, &provenance(&r))),
-            "{m}"
-        );
-    }
-
-    #[test]
-    fn a_kept_commit_says_what_was_tried_by_whom_and_the_evidence() {
-        let mut r = record(5);
-        r.hypothesis = "batch writes".into();
-        r.category = "syscalls".into();
-        r.playbook_id = Some("writev".into());
-        let mut c = Comparison::judged(0.95, 0.93, 0.97, 0.03);
-        c.block_ratios = vec![0.95, 0.9612];
-        r.vs_champion = Some(c);
-        let evidence = trailers::Evidence {
-            run: "run1".into(),
-            attempt: 5,
-            meter: "task-clock (ns)".into(),
-            unit: "ns".into(),
-            cost_per_connection: Some(1000.0),
-            ratio: Some(0.95),
-            interval: Some([0.93, 0.97]),
-            vs_control: None,
-            provenance: provenance(&r),
-        };
-        let m = kept_message(&r, "offline", &evidence);
-        let expected =
-            "batch writes\n\nAgent: offline (playbook entry writev)\nCategory: syscalls\n\
-                        Measured side by side with the champion and the control in 2 samples;\n\
-                        per-sample cost ratios candidate/champion: [0.950, 0.961].\n\n";
-        assert_eq!(m, format!("{expected}{}", evidence.render()));
-        r.playbook_id = None;
-        r.vs_champion = None;
-        let m = kept_message(&r, "offline", &evidence);
-        assert!(m.starts_with("batch writes\n\nAgent: offline\n"), "{m}");
-        assert!(
-            m.contains("in 0 samples;\nper-sample cost ratios candidate/champion: []."),
-            "{m}"
-        );
     }
 }

@@ -11,11 +11,13 @@
 
 mod aa;
 mod ablation;
+mod commits;
 mod generation;
 mod iterate;
 mod judging;
 mod moves;
 mod own_moves;
+mod probes;
 mod propose;
 mod recover;
 pub mod scope;
