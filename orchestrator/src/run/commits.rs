@@ -55,13 +55,8 @@ pub(super) fn kept_message(
 mod tests {
     use super::*;
     use crate::agent::Origin;
-    use crate::bench::meters::meter::MeterEvent;
     use crate::referee::compare::Comparison;
-    use crate::run::iterate::new_record;
-
-    fn record(n: usize) -> AttemptRecord {
-        new_record(n, "offline", "c0", MeterEvent::TaskClock, "t0".into())
-    }
+    use crate::run::iterate::tests::record;
 
     #[test]
     fn an_attempt_commit_names_the_attempt_and_its_provenance() {

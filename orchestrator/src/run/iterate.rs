@@ -350,10 +350,11 @@ impl Loop<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn record(n: usize) -> AttemptRecord {
+    /// A new attempt's record, as the loop's tests start from.
+    pub(in crate::run) fn record(n: usize) -> AttemptRecord {
         new_record(n, "offline", "c0", MeterEvent::TaskClock, "t0".into())
     }
 
