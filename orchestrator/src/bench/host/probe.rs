@@ -11,6 +11,7 @@ use crate::bench::config::Schedule;
 use crate::bench::host::ballast::Ballast;
 use crate::bench::host::ration;
 use crate::bench::host::trial::{failed_start, own_cpu, TrialSettings};
+use crate::bench::load::contract::Failure;
 use crate::bench::load::gate::GateConfig;
 use crate::bench::load::gate::{self, GateEvidence, GateResult};
 use crate::bench::load::loadgen::{LoadGen, EVERY_TARGET};
@@ -158,7 +159,7 @@ fn probe_once(
     for (i, server) in servers.iter_mut().enumerate() {
         let Some(server) = server else { continue };
         let evidence = GateEvidence::from_totals(&totals[i], alive[i] && server.alive());
-        verdicts[i] = Some(gate::check(&evidence, &rules));
+        verdicts[i] = Some(gate::check(&unhurried(evidence), &rules));
         server.stop(s.stop_grace)?;
     }
     interrupt::check()?;
@@ -177,6 +178,19 @@ fn probe_once(
         turned_over,
         verdicts,
     })
+}
+
+/// The probe's evidence without its timeouts. The probe starves every arm
+/// by design (a twentieth of the core, 256 clients each), so an honest
+/// server of long connections keeps its clients waiting past their
+/// deadline: one of 500 us a connection served 198 of 915 in a probe, the
+/// rest timed out, and a keep-alive server of eight requests a connection
+/// was dropped on a host whose probe ran slow (CI, 2026-12-07). A server
+/// that never answers is still caught: the trials, at the allotment the
+/// probe sizes, judge every connection and its timeouts.
+fn unhurried(mut evidence: GateEvidence) -> GateEvidence {
+    evidence.failures[Failure::Timeout.index()] = 0;
+    evidence
 }
 
 /// Notes which probed servers have exited since the last look, and sends

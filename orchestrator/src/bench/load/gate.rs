@@ -170,7 +170,9 @@ pub fn check(e: &GateEvidence, cfg: &GateConfig) -> GateResult {
     } else {
         if failures > 0 && failure_rate >= cfg.max_failure_rate {
             detail.push(format!(
-                "failure rate {failure_rate:.6} is not below gate.max_failure_rate {}",
+                "failure rate {failure_rate:.6} ({failures} of {} attempts: {}) is not below gate.max_failure_rate {}",
+                e.attempts,
+                fmt_reasons(&reasons),
                 cfg.max_failure_rate
             ));
             violated = true;
