@@ -14,9 +14,9 @@
 
 mod common;
 
+use common::cli::{ratchet_in, show};
 use common::*;
 use std::path::Path;
-use std::process::Output;
 
 /// Each planted cost, in per mille of the server's own CPU time per
 /// connection (measured by the server itself as it runs), so that each
@@ -197,14 +197,6 @@ fn savings_repo() -> tempfile::TempDir {
     )
 }
 
-fn show(out: &Output) -> String {
-    format!(
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// The stack's ablation names each of its parts, and the stack measured
 /// dearer without each one.
 fn every_part_gives(stack: &serde_json::Value, context: &str) {
@@ -372,6 +364,30 @@ fn two_changes_worth_nothing_alone_are_kept_together_by_an_interaction_probe() {
             "{source}"
         );
     }
+    // `ratchet log` and the report show what each part gave in the pair,
+    // under the champion it made.
+    let log = show(&ratchet_in(root, &["log", &id]));
+    let step = log
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("3 "))
+        .skip(1)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    for n in [1, 2] {
+        assert!(
+            step.contains(&format!("part #{n} (drop-extra-")) && step.contains(": gives"),
+            "the log's lineage does not show part #{n} under the pair:\n{log}"
+        );
+    }
+    let out = ratchet_in(root, &["report", &id]);
+    assert!(out.status.success(), "{}", show(&out));
+    let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+    let lineage = html.split("<section id=\"lineage\">").nth(1).unwrap_or("");
+    assert!(
+        lineage.contains("part #1 (drop-extra-d): without it"),
+        "the report's lineage does not show the pair's parts"
+    );
     // The agents' lessons set the pair beside its parts.
     let lessons = std::fs::read_to_string(run_dir.join("lessons.md")).unwrap();
     let section = lessons

@@ -52,6 +52,28 @@ impl StackAblation {
 }
 
 impl PartInStack {
+    /// `#3 (msg-more): without it 1.042 [1.030, 1.055]`: the part named, as
+    /// the loop's messages, `ratchet log` and the report show it.
+    pub fn named(&self) -> String {
+        format!("#{} ({}): {}", self.attempt, self.idea, self.describe())
+    }
+
+    /// The part named, with its finding: one line of a review.
+    pub fn line(&self) -> String {
+        format!("{}: {}", self.named(), self.finding())
+    }
+
+    /// What the measurement says the part does in the stack.
+    pub fn finding(&self) -> &'static str {
+        match &self.without {
+            None => "not measured",
+            Some(c) if c.verdict == Verdict::Invalid => "not judged",
+            Some(_) if self.costs_more_than_it_gives() => "costs more than it gives",
+            Some(c) if c.ratio_interval.is_some_and(|[lo, _]| lo > 1.0) => "gives",
+            Some(_) => "not resolved",
+        }
+    }
+
     /// `without it 0.962 [0.955, 0.970]`, or why it was not measured.
     pub fn describe(&self) -> String {
         match &self.without {
@@ -108,5 +130,23 @@ mod tests {
             samples: Samples::new(4),
         };
         assert_eq!(ablation.costliest().map(|p| p.attempt), Some(3));
+        let findings: Vec<_> = ablation.parts.iter().map(PartInStack::finding).collect();
+        assert_eq!(
+            findings,
+            [
+                "gives",
+                "costs more than it gives",
+                "costs more than it gives"
+            ]
+        );
+        assert_eq!(costs(0.99, 1.01).finding(), "not resolved");
+        assert_eq!(part(None).finding(), "not measured");
+        assert!(
+            ablation.parts[0]
+                .named()
+                .starts_with("#1 (a): without it 1.150 [1.100, 1.200]"),
+            "{}",
+            ablation.parts[0].named()
+        );
     }
 }

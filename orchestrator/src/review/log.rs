@@ -9,6 +9,7 @@ use crate::record::gitops::short;
 use crate::record::journal::{AttemptRecord, RunStatus};
 use crate::record::lineage::{Lineage, Source, Step};
 use crate::record::recorded::RecordedRun;
+use crate::record::stack_ablation::PartInStack;
 use crate::referee::figures::{fmt_ci, fmt_ci_at, fmt_ratio};
 use crate::referee::verdict::AttemptVerdict;
 use crate::review::tree;
@@ -52,9 +53,42 @@ pub struct History {
     pub warnings: Vec<String>,
     pub lineage: Vec<Step>,
     pub attempts: Option<Vec<AttemptLine>>,
+    /// Every ablated stack, kept or not: what each part gave in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<StackParts>,
     /// With `--all`: the search drawn as a tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<Vec<tree::Level>>,
+}
+
+/// A stack's parts as its ablation measured them before the keep
+/// (`run/ablation.rs`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StackParts {
+    pub attempt: usize,
+    pub parts: Vec<PartInStack>,
+}
+
+/// The stacks of `attempts` that were ablated.
+pub fn stacks(attempts: &[AttemptRecord]) -> Vec<StackParts> {
+    attempts
+        .iter()
+        .filter_map(|a| {
+            Some(StackParts {
+                attempt: a.number,
+                parts: a.ablation.as_ref()?.parts.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The lines under attempt `n`: what each of its parts gave, when it is an
+/// ablated stack.
+fn part_lines(stacks: &[StackParts], n: usize) -> impl Iterator<Item = String> + '_ {
+    stacks
+        .iter()
+        .filter(move |s| s.attempt == n)
+        .flat_map(|s| s.parts.iter().map(|p| format!("part {}", p.line())))
 }
 
 pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<History> {
@@ -97,6 +131,7 @@ pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<His
         warnings: lineage.warnings,
         lineage: lineage.steps,
         attempts,
+        stacks: stacks(&run.attempts),
         tree: all.then(|| tree::levels(&run.attempts)),
     })
 }
@@ -108,6 +143,10 @@ pub fn judged_screen(a: &AttemptRecord) -> Option<String> {
         .filter(|_| a.verdict != AttemptVerdict::Screened)
         .map(|s| s.describe())
 }
+
+/// How to read a stack's part lines, in `ratchet log` and the report.
+pub const PARTS_LEGEND: &str = "part: a stack's part, measured before the keep; without it: \
+    cost(the stack without it) / cost(the stack), side by side, at 95% (> 1: the part gives)\n";
 
 pub fn render(h: &History) -> String {
     let mut out = format!(
@@ -152,6 +191,9 @@ pub fn render(h: &History) -> String {
             fmt_ratio(s.vs_control),
             s.hypothesis
         );
+        for line in part_lines(&h.stacks, s.attempt) {
+            out += &format!("{:>7}  {line}\n", "");
+        }
     }
     if h.lineage.iter().any(|s| s.commit.is_none()) {
         out += "* commit not in this repository; `ratchet replay` rebuilds it from the journal's diff\n";
@@ -159,6 +201,9 @@ pub fn render(h: &History) -> String {
     out += "ratio: cost / the previous champion's, side by side (< 1 is cheaper); interval: the keep \
             decision's, from exact order statistics (its coverage is in `--all`); to start: product of the \
             ratios; to control: cost / the control's in the same attempt\n";
+    if !h.stacks.is_empty() {
+        out += PARTS_LEGEND;
+    }
     if let Some(attempts) = &h.attempts {
         out += &format!(
             "\nevery attempt:\n{:>7}  {:<13}  {:>6}  {:<24}  {:<10}  hypothesis / detail\n",
@@ -179,7 +224,8 @@ pub fn render(h: &History) -> String {
                 reference,
                 a.hypothesis
             );
-            for d in a.screen.iter().chain(&a.detail).filter(|d| !d.is_empty()) {
+            let details = a.screen.iter().chain(&a.detail).filter(|d| !d.is_empty());
+            for d in details.cloned().chain(part_lines(&h.stacks, a.number)) {
                 out += &format!("{:>7}  {:<13}  {d}\n", "", "");
             }
         }
@@ -189,4 +235,64 @@ pub fn render(h: &History) -> String {
         out += &tree::render_text(levels);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::referee::compare::Comparison;
+
+    fn step(attempt: usize, hypothesis: &str) -> Step {
+        Step {
+            attempt,
+            hypothesis: hypothesis.into(),
+            commit: Some("0123456789abcdef".into()),
+            recorded_commit: "0123456789abcdef".into(),
+            playbook_id: None,
+            ratio: Some(0.8),
+            interval: Some([0.78, 0.82]),
+            cumulative: 0.8,
+            vs_control: None,
+            cost_per_connection: None,
+        }
+    }
+
+    #[test]
+    fn a_kept_stack_shows_what_each_part_gave_under_its_champion() {
+        let part = |attempt, idea: &str, lo, hi| PartInStack {
+            attempt,
+            idea: idea.into(),
+            without: Some(Comparison::judged((lo + hi) / 2.0, lo, hi, 0.03)),
+            note: None,
+        };
+        let h = History {
+            run_id: "r".into(),
+            status: RunStatus::Stopped,
+            agent: "playbook".into(),
+            meter: "emulated".into(),
+            unit: "instructions".into(),
+            threshold: 0.03,
+            base_commit: "b".into(),
+            branch: "ratchet/r".into(),
+            source: Source::Git,
+            warnings: Vec::new(),
+            lineage: vec![step(0, "start"), step(3, "the pair")],
+            attempts: None,
+            stacks: vec![StackParts {
+                attempt: 3,
+                parts: vec![part(1, "d", 1.2, 1.3), part(2, "e", 0.98, 1.01)],
+            }],
+            tree: None,
+        };
+        let text = render(&h);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines.iter().position(|l| l.contains("the pair")).unwrap();
+        assert!(
+            lines[at + 1].contains("part #1 (d): without it 1.250 [1.200, 1.300]: gives")
+                && lines[at + 2].contains("part #2 (e): without it")
+                && lines[at + 2].ends_with(": not resolved"),
+            "{text}"
+        );
+        assert!(text.contains(PARTS_LEGEND), "{text}");
+    }
 }

@@ -21,7 +21,7 @@ use crate::review::charts::{
     control_chart, cost_chart, profile_chart, ratio_chart, style, SECTIONS,
 };
 use crate::review::functions;
-use crate::review::log::judged_screen;
+use crate::review::log::{judged_screen, stacks, StackParts, PARTS_LEGEND};
 use crate::review::replay::ReplayRecord;
 use crate::review::svg::escape;
 use crate::review::tree;
@@ -47,10 +47,17 @@ fn attempts_table(run: &RecordedRun) -> String {
             vc = fmt_ratio(a.vs_control.as_ref().and_then(|c| c.ratio_median)),
             h = escape(&a.hypothesis),
         );
-        for d in judged_screen(a).as_deref().into_iter().chain([detail]) {
-            if !d.is_empty() {
-                let _ = write!(s, "<div class=\"detail\">{}</div>", escape(d));
-            }
+        let parts = a
+            .ablation
+            .iter()
+            .flat_map(|ab| &ab.parts)
+            .map(|p| format!("part {}", p.line()));
+        let lines = judged_screen(a)
+            .into_iter()
+            .chain([detail.to_string()])
+            .chain(parts);
+        for d in lines.filter(|d| !d.is_empty()) {
+            let _ = write!(s, "<div class=\"detail\">{}</div>", escape(&d));
         }
         let reference = a.attempt_ref.as_deref().unwrap_or("");
         if !a.diff.is_empty() {
@@ -67,7 +74,8 @@ fn attempts_table(run: &RecordedRun) -> String {
     s + "</tbody></table>"
 }
 
-fn lineage_table(lineage: &Lineage) -> String {
+/// The champions, each kept stack with what its parts gave in it.
+fn lineage_table(lineage: &Lineage, stacks: &[StackParts]) -> String {
     let mut s = String::from(
         "<table><thead><tr><th>attempt</th><th>commit</th><th>ratio</th><th>interval</th>\
          <th>to start</th><th>to control</th><th>hypothesis</th></tr></thead><tbody>",
@@ -86,8 +94,23 @@ fn lineage_table(lineage: &Lineage) -> String {
             fmt_ratio(st.vs_control),
             escape(&st.hypothesis)
         );
+        for stack in stacks.iter().filter(|p| p.attempt == st.attempt) {
+            s += "<tr><td></td><td colspan=\"6\">";
+            for p in &stack.parts {
+                let _ = write!(s, "<div class=\"detail\">part {}</div>", escape(&p.line()));
+            }
+            s += "</td></tr>";
+        }
     }
-    s + "</tbody></table>"
+    s += "</tbody></table>";
+    if !stacks.is_empty() {
+        let _ = write!(
+            s,
+            "<p class=\"note\">{}</p>",
+            escape(PARTS_LEGEND.trim_end())
+        );
+    }
+    s
 }
 
 fn facts(run: &RecordedRun) -> String {
@@ -336,7 +359,7 @@ pub fn render(run: &RecordedRun, lineage: &Lineage, results: &Path) -> String {
     s += &replay_section(run).unwrap_or_default();
     s += &ablation_section(run).unwrap_or_default();
     s += "<section id=\"lineage\"><h2>Champion lineage</h2>";
-    s += &lineage_table(lineage);
+    s += &lineage_table(lineage, &stacks(&run.attempts));
     s += "</section><section id=\"search\"><h2>The search</h2><p class=\"note\">Each champion, \
           then the attempts measured against it: the agent's ideas, stacks of promising attempts \
           and retries of earlier ideas, with the ratio to that champion and its interval.</p>";

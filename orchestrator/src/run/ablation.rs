@@ -28,7 +28,7 @@ impl Loop<'_> {
             .ablation
             .as_ref()
             .and_then(|a| a.costliest())
-            .map(|p| format!("#{} ({}): {}", p.attempt, p.idea, p.describe()))
+            .map(PartInStack::named)
         else {
             return Ok(true);
         };
