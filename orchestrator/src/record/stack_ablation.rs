@@ -58,9 +58,10 @@ impl PartInStack {
         format!("#{} ({}): {}", self.attempt, self.idea, self.describe())
     }
 
-    /// The part named, with its finding: one line of a review.
+    /// `part #3 (msg-more): without it 1.042 [1.030, 1.055]: gives`: one
+    /// line of `ratchet log` and the report.
     pub fn line(&self) -> String {
-        format!("{}: {}", self.named(), self.finding())
+        format!("part {}: {}", self.named(), self.finding())
     }
 
     /// What the measurement says the part does in the stack.

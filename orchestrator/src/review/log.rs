@@ -84,11 +84,11 @@ pub fn stacks(attempts: &[AttemptRecord]) -> Vec<StackParts> {
 
 /// The lines under attempt `n`: what each of its parts gave, when it is an
 /// ablated stack.
-fn part_lines(stacks: &[StackParts], n: usize) -> impl Iterator<Item = String> + '_ {
+pub fn part_lines(stacks: &[StackParts], n: usize) -> impl Iterator<Item = String> + '_ {
     stacks
         .iter()
         .filter(move |s| s.attempt == n)
-        .flat_map(|s| s.parts.iter().map(|p| format!("part {}", p.line())))
+        .flat_map(|s| s.parts.iter().map(PartInStack::line))
 }
 
 pub fn read(repo: &git2::Repository, run: &RecordedRun, all: bool) -> Result<History> {

@@ -13,6 +13,7 @@ use crate::bench::meters::profile::Profile;
 use crate::config::Config;
 use crate::record::lineage::{Lineage, Source};
 use crate::record::recorded::RecordedRun;
+use crate::record::stack_ablation::PartInStack;
 use crate::referee::figures::{
     fmt_ci, fmt_ci_at, fmt_comparison, fmt_estimate, fmt_ratio, fmt_vs_control,
 };
@@ -21,7 +22,7 @@ use crate::review::charts::{
     control_chart, cost_chart, profile_chart, ratio_chart, style, SECTIONS,
 };
 use crate::review::functions;
-use crate::review::log::{judged_screen, stacks, StackParts, PARTS_LEGEND};
+use crate::review::log::{judged_screen, part_lines, stacks, StackParts, PARTS_LEGEND};
 use crate::review::replay::ReplayRecord;
 use crate::review::svg::escape;
 use crate::review::tree;
@@ -51,7 +52,7 @@ fn attempts_table(run: &RecordedRun) -> String {
             .ablation
             .iter()
             .flat_map(|ab| &ab.parts)
-            .map(|p| format!("part {}", p.line()));
+            .map(PartInStack::line);
         let lines = judged_screen(a)
             .into_iter()
             .chain([detail.to_string()])
@@ -94,12 +95,11 @@ fn lineage_table(lineage: &Lineage, stacks: &[StackParts]) -> String {
             fmt_ratio(st.vs_control),
             escape(&st.hypothesis)
         );
-        for stack in stacks.iter().filter(|p| p.attempt == st.attempt) {
-            s += "<tr><td></td><td colspan=\"6\">";
-            for p in &stack.parts {
-                let _ = write!(s, "<div class=\"detail\">part {}</div>", escape(&p.line()));
-            }
-            s += "</td></tr>";
+        let parts: String = part_lines(stacks, st.attempt)
+            .map(|l| format!("<div class=\"detail\">{}</div>", escape(&l)))
+            .collect();
+        if !parts.is_empty() {
+            let _ = write!(s, "<tr><td></td><td colspan=\"6\">{parts}</td></tr>");
         }
     }
     s += "</tbody></table>";
