@@ -199,18 +199,32 @@ fn a_guest_that_hangs_is_stopped_and_named() {
     let tmp = tempfile::tempdir().unwrap();
     let tmpdir = tmp.path().to_str().unwrap();
     let start = Instant::now();
-    let out = compare(
-        "timeout_s = 3\n",
-        &["treatment", "control"],
+    // 100 or 200 ms of work per connection: the first backlog keeps the
+    // guest busy for 5 s of guest time (the batch's timeout), over a minute
+    // of the host's. A guest starts warm in well under a second, so each
+    // hang is an arm's: the guest is stopped while that arm runs, and the
+    // arm is blamed; the other is measured again in a fresh guest, and
+    // hangs in its turn.
+    let slow: Vec<String> = [100_000, 200_000]
+        .iter()
+        .map(|us| format!("{} --spin-us {us}", faulty_arm("spin")))
+        .collect();
+    let r = report(&compare(
+        "timeout_s = 5\n",
+        &[&slow[0], &slow[1]],
         6,
         &[("TMPDIR", tmpdir)],
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("still running after 3 s (emulator.timeout_s)") && err.contains("was stopped"),
-        "{err}"
-    );
+    ));
+    for (i, arm) in slow.iter().enumerate() {
+        let stopped = &r["trials"][i][0]["gate"];
+        assert_eq!(stopped["passed"], false, "{stopped}");
+        let why = stopped["detail"][0].as_str().unwrap_or_default();
+        assert!(
+            why.contains("still running after 5 s (emulator.timeout_s)")
+                && why.contains(&format!("was stopped while {arm} ran in it")),
+            "{stopped}"
+        );
+    }
     assert!(
         start.elapsed() < Duration::from_secs(60),
         "{:?}",

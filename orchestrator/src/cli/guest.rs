@@ -8,8 +8,11 @@ use std::path::PathBuf;
 #[derive(Args)]
 pub struct GuestArgs {
     plan: PathBuf,
+    /// First wait for the host's files in the shared window.
+    #[arg(long)]
+    receive: bool,
 }
 
 pub fn run(args: &GuestArgs) -> Result<()> {
-    crate::bench::emulated::guest::run(&args.plan)
+    crate::bench::emulated::guest::run(&args.plan, args.receive)
 }

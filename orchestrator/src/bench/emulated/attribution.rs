@@ -9,7 +9,8 @@ use serde::Serialize;
 use std::path::Path;
 
 use super::guest::{GuestPlan, PLAN_PATH};
-use super::measure::{base_image, guest_settings};
+use super::image::Image;
+use super::measure::guest_settings;
 use super::vm::{self, Ending, Markers};
 use crate::bench::host::trial::TrialSettings;
 use crate::bench::meters::emulator::Emulator;
@@ -78,7 +79,7 @@ impl Attribution {
 /// Boots a guest of the configured regime's vCPUs that runs every known
 /// load of `turns` turns on each vCPU, markers honoured on all of them.
 pub fn attribute(e: &Emulator, turns: u64, dir: &Path) -> Result<Attribution> {
-    let mut img = base_image(e, dir)?;
+    let mut img = Image::default();
     let plan = GuestPlan {
         arms: vec![],
         samples: 0,
@@ -90,9 +91,7 @@ pub fn attribute(e: &Emulator, turns: u64, dir: &Path) -> Result<Attribution> {
     };
     img.bytes(Path::new(PLAN_PATH), serde_json::to_vec(&plan)?, 0o644);
     std::fs::create_dir_all(dir)?;
-    let initrd = dir.join("initrd.cpio");
-    img.write(&initrd)?;
-    let run = vm::run(e, dir, &initrd, 1, Markers::Everywhere)?;
+    let run = vm::run(e, dir, &img, 1, Markers::Everywhere)?;
     if run.ending != Ending::PoweredOff {
         bail!("the attribution guest: {}", run.ending.describe(e));
     }

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::guest::{GuestPlan, CALIBRATION_REPEATS, PLAN_PATH};
-use super::measure::{base_image, guest_settings};
+use super::image::Image;
+use super::measure::guest_settings;
 use super::vm::{self, Ending};
 use crate::bench::host::trial::TrialSettings;
 use crate::bench::meters::emulator::Emulator;
@@ -38,7 +39,7 @@ impl Calibration {
 
 /// Boots a guest that runs the calibration loop of `turns` turns.
 pub fn calibrate(e: &Emulator, turns: u64, dir: &Path) -> Result<Calibration> {
-    let mut img = base_image(e, dir)?;
+    let mut img = Image::default();
     let settings = TrialSettings::defaults(vec![0]);
     let plan = GuestPlan {
         arms: vec![],
@@ -51,9 +52,7 @@ pub fn calibrate(e: &Emulator, turns: u64, dir: &Path) -> Result<Calibration> {
     };
     img.bytes(Path::new(PLAN_PATH), serde_json::to_vec(&plan)?, 0o644);
     std::fs::create_dir_all(dir)?;
-    let initrd = dir.join("initrd.cpio");
-    img.write(&initrd)?;
-    let run = vm::run(e, dir, &initrd, 1, vm::Markers::OffTheServer)?;
+    let run = vm::run(e, dir, &img, 1, vm::Markers::OffTheServer)?;
     if run.ending != Ending::PoweredOff {
         bail!("the calibration guest: {}", run.ending.describe(e));
     }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::bench::config::Schedule;
 use crate::bench::emulated::batch::{self, BatchSettings};
 use crate::bench::emulated::live::{self, LiveSettings};
+use crate::bench::emulated::window;
 use crate::bench::host::schedule::Trial;
 use crate::bench::host::trial::{DuetSettings, TrialSettings};
 use crate::bench::load::contract::Contract;
@@ -136,15 +137,23 @@ fn say(channel: &mut std::fs::File, kind: &str, payload: &str) -> Result<()> {
 
 /// `ratchet guest PLAN`: measures, reports to [`CHANNEL`], and returns;
 /// the guest's init powers the machine off.
-pub fn run(plan_path: &Path) -> Result<()> {
+/// Runs the plan at `plan_path`; with `receive`, first waits for the
+/// host's files (the plan among them) in the shared window.
+pub fn run(plan_path: &Path, receive: bool) -> Result<()> {
+    if receive {
+        window::receive()?;
+    }
     let mut channel = std::fs::OpenOptions::new()
         .write(true)
         .open(CHANNEL)
         .with_context(|| format!("opening {CHANNEL}"))?;
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    say(&mut channel, "UP", release.trim())?;
     let text = std::fs::read_to_string(plan_path)
         .with_context(|| format!("reading {}", plan_path.display()))?;
     let plan: GuestPlan =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", plan_path.display()))?;
+    reseed(plan.seed)?;
     if let Some(n) = plan.calibrate {
         pin_self(&[0]);
         marker::enable();
@@ -166,6 +175,27 @@ pub fn run(plan_path: &Path) -> Result<()> {
         Err(e) => say(&mut channel, "ERROR", &format!("{e:#}").replace('\n', " "))?,
     }
     result.map(drop)
+}
+
+/// Every guest restored from one snapshot starts with the same kernel
+/// random generator; this mixes the plan's seed in and reseeds it, so
+/// guests differ where a booted guest's seed made them differ (ports,
+/// hashes), and the same seed gives the same guest.
+fn reseed(seed: u64) -> Result<()> {
+    const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/urandom")
+        .context("opening /dev/urandom")?;
+    f.write_all(&seed.to_le_bytes())?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    if unsafe { libc::ioctl(fd, RNDRESEEDCRNG) } != 0 {
+        anyhow::bail!(
+            "reseeding the guest's random generator: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 /// Each known load on each vCPU in turn, [`CALIBRATION_REPEATS`] times,
@@ -326,7 +356,9 @@ fn pin_self(cores: &[usize]) {
 
 /// The guest's `/init`: mounts what the trial needs (procfs for the gate,
 /// cgroup2 with the cpu and cpuset controllers for the ration), brings up
-/// loopback, runs ratchet, and powers off whatever happened. TIME_WAIT is
+/// loopback, and runs ratchet, which stops the machine for its snapshot
+/// (`snapshot.rs`), is given its files when restored, and measures;
+/// then it powers off whatever happened. TIME_WAIT is
 /// off: guest time never reaches its 60 s, so its table only fills, with
 /// sockets of earlier trials, and overflows. No tmpfs on
 /// /tmp: the root is in memory already, and an arm built in a host
@@ -345,8 +377,7 @@ echo "+cpu +cpuset" > /sys/fs/cgroup/cgroup.subtree_control
 ip link set lo up
 echo 0 > /proc/sys/net/ipv4/tcp_max_tw_buckets
 stty -F {CHANNEL} raw -echo
-echo "UP $(cat /proc/sys/kernel/osrelease)" > {CHANNEL}
-{RATCHET_PATH} guest {PLAN_PATH}
+{RATCHET_PATH} guest --receive {PLAN_PATH}
 echo "EXIT $?" > {CHANNEL}
 poweroff -f
 "#

@@ -97,10 +97,8 @@ impl Image {
 
     /// Writes the image as a newc cpio archive. Paths sort parents first,
     /// as the kernel's unpacker needs.
-    pub fn write(&self, out: &Path) -> Result<()> {
-        let file =
-            std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
-        let mut w = std::io::BufWriter::new(file);
+    /// The archive, newc as the kernel's initramfs reads it.
+    pub fn write_to(&self, mut w: impl Write) -> Result<()> {
         for (ino, (path, content)) in self.entries.iter().enumerate() {
             let name = path.to_string_lossy();
             let name = name.trim_start_matches('/');
@@ -125,7 +123,6 @@ impl Image {
             }
         }
         cpio::newc::trailer(&mut w)?;
-        w.flush()?;
         Ok(())
     }
 }
@@ -176,14 +173,13 @@ mod tests {
 
     #[test]
     fn an_image_lists_parents_before_children() {
-        let dir = tempfile::tempdir().unwrap();
         let mut img = Image::default();
         img.bytes(Path::new("/a/b/c"), b"x".to_vec(), 0o644);
         img.dir(Path::new("/tmp"));
-        let out = dir.path().join("i.cpio");
-        img.write(&out).unwrap();
+        let mut out = Vec::new();
+        img.write_to(&mut out).unwrap();
         let mut names = Vec::new();
-        let mut r = std::fs::File::open(&out).unwrap();
+        let mut r = out.as_slice();
         loop {
             let e = cpio::newc::Reader::new(r).unwrap();
             if e.entry().is_trailer() {

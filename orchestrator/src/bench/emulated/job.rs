@@ -12,7 +12,7 @@ use std::path::Path;
 
 use super::guest::{self, GuestPlan, GuestSettings};
 use super::image::Image;
-use super::measure::{base_image, guest_samples, name_profiles, programs_of};
+use super::measure::{guest_samples, name_profiles, programs_of};
 use super::vm::{self, Ending};
 use crate::bench::host::trial::failed_start;
 use crate::bench::meters::emulator::Emulator;
@@ -43,9 +43,8 @@ impl Job<'_> {
         for attempt in 0.. {
             let dir = dir.join(format!("attempt-{attempt}"));
             std::fs::create_dir_all(&dir)?;
-            let initrd = dir.join("initrd.cpio");
-            self.image(&live, &dir)?.write(&initrd)?;
-            let run = vm::run(self.e, &dir, &initrd, self.seed, vm::Markers::OffTheServer)?;
+            let payload = self.payload(&live)?;
+            let run = vm::run(self.e, &dir, &payload, self.seed, vm::Markers::OffTheServer)?;
             tracing::info!(
                 "guest {}: {} samples of {} arms, {} in {:.1} s",
                 dir.display(),
@@ -111,8 +110,10 @@ impl Job<'_> {
         unreachable!("the loop returns")
     }
 
-    fn image(&self, live: &[usize], dir: &Path) -> Result<Image> {
-        let mut img = base_image(self.e, dir)?;
+    /// What this guest gets beside its snapshot: the live arms' programs
+    /// and the plan.
+    fn payload(&self, live: &[usize]) -> Result<Image> {
+        let mut img = Image::default();
         for &i in live {
             for p in programs_of(&self.arms[i]) {
                 img.program(&p)

@@ -6,13 +6,17 @@
 //! stops it.
 
 use anyhow::{Context, Result};
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::clock::GuestClock;
+use super::image::Image;
 use super::marks::Marks;
+use super::qmp::Qmp;
+use super::{snapshot, window};
 use crate::bench::meters::emulator::{Emulator, WorkloadRegime};
 use crate::interrupt;
 
@@ -171,13 +175,11 @@ fn profiled(e: &Emulator) -> bool {
     e.config.workload() == WorkloadRegime::Live && e.config.profile_connections > 0
 }
 
-fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64, markers: Markers) -> Command {
-    let sut = match markers {
-        Markers::OffTheServer => e.config.sut_vcpu() as i64,
-        Markers::Everywhere => -1,
-    };
-    let mut c = Command::new(&e.qemu);
-    c.args([
+/// The machine a guest runs on, which a snapshot must match to be restored
+/// into it: everything but its seed, its plugin, and how it starts. Files
+/// are named in `dir`.
+pub(super) fn machine(e: &Emulator, dir: &Path, initrd: &Path) -> Vec<OsString> {
+    let mut a: Vec<OsString> = [
         "-M",
         "pc",
         "-cpu",
@@ -186,32 +188,72 @@ fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64, markers: Markers)
         "-display",
         "none",
         "-no-reboot",
-    ]);
-    c.args(accel(e.config.workload()))
-        .arg("-smp")
-        .arg(e.config.guest_vcpus().to_string())
-        .args(["-rtc", "base=2024-01-01T00:00:00,clock=vm"])
-        .arg("-m")
-        .arg(e.config.memory_mb.to_string())
-        .arg("-seed")
-        .arg(seed.to_string())
-        .arg("-kernel")
-        .arg(&e.kernel)
-        .arg("-initrd")
-        .arg(initrd)
-        .arg("-append")
-        .arg(append(
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    a.extend(accel(e.config.workload()).iter().map(OsString::from));
+    let s = |x: String| OsString::from(x);
+    a.extend([
+        s("-smp".into()),
+        s(e.config.guest_vcpus().to_string()),
+        s("-rtc".into()),
+        s("base=2024-01-01T00:00:00,clock=vm".into()),
+        s("-m".into()),
+        s(e.config.memory_mb.to_string()),
+        s("-kernel".into()),
+        e.kernel.clone().into_os_string(),
+        s("-initrd".into()),
+        initrd.as_os_str().to_owned(),
+        s("-append".into()),
+        s(append(
             e.config.workload(),
             e.config.sut_vcpu(),
             profiled(e),
             e.config.nohz_full,
-        ))
-        .arg("-serial")
-        .arg(format!("file:{}", dir.join("console.log").display()))
-        .arg("-serial")
-        .arg(format!("file:{}", dir.join("channel.log").display()))
-        .arg("-plugin")
-        .arg(format!(
+        )),
+        s("-serial".into()),
+        s(format!("file:{}", dir.join("console.log").display())),
+        s("-serial".into()),
+        s(format!("file:{}", dir.join("channel.log").display())),
+        s("-device".into()),
+        s("pvpanic".into()),
+        s("-action".into()),
+        s("panic=pause".into()),
+        s("-qmp".into()),
+        s(format!(
+            "unix:{},server=on,wait=off",
+            dir.join(QMP).display()
+        )),
+    ]);
+    a.extend(window::qemu_args(&dir.join(WINDOW)).into_iter().map(s));
+    a
+}
+
+/// The guest's QMP socket and shared window, in its directory.
+pub(super) const QMP: &str = "qmp.sock";
+pub(super) const WINDOW: &str = "window.img";
+
+/// QEMU for a guest in `dir`: the [`machine`], seeded, with the meter
+/// plugin where `markers` asks for it. It dies with the calling thread and
+/// has a process group of its own.
+pub(super) fn command(
+    e: &Emulator,
+    dir: &Path,
+    initrd: &Path,
+    seed: u64,
+    markers: Option<Markers>,
+) -> Command {
+    let mut c = Command::new(&e.qemu);
+    c.args(machine(e, dir, initrd))
+        .arg("-seed")
+        .arg(seed.to_string());
+    if let Some(markers) = markers {
+        let sut = match markers {
+            Markers::OffTheServer => e.config.sut_vcpu() as i64,
+            Markers::Everywhere => -1,
+        };
+        c.arg("-plugin").arg(format!(
             "{},out={},sut={}{}",
             e.plugin.display(),
             dir.join("marks.log").display(),
@@ -221,9 +263,9 @@ fn command(e: &Emulator, dir: &Path, initrd: &Path, seed: u64, markers: Markers)
             } else {
                 String::new()
             }
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
+        ));
+    }
+    c.stdin(Stdio::null()).stdout(Stdio::null());
     let mut every_core: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for core in 0..host_cores() {
         unsafe { libc::CPU_SET(core, &mut every_core) };
@@ -284,7 +326,8 @@ fn yield_server_vcpu(qemu: i32, sut: usize) {
     tracing::warn!("no host thread named {name:?} in QEMU {qemu}");
 }
 
-struct Killed(Child);
+/// QEMU, killed when its owner is dropped.
+pub(super) struct Killed(pub Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -293,24 +336,30 @@ impl Drop for Killed {
     }
 }
 
-/// Boots a guest from `initrd` in `dir` and waits for it to end. The
+/// Restores a guest from its machine's warm snapshot in `dir`, gives it
+/// `payload` (the arms' files and the plan), and waits for it to end. The
 /// calling thread must live until this returns (QEMU's parent-death
 /// signal is tied to it).
 pub fn run(
     e: &Emulator,
     dir: &Path,
-    initrd: &Path,
+    payload: &Image,
     seed: u64,
     markers: Markers,
 ) -> Result<GuestRun> {
+    let mut archive = Vec::new();
+    payload.write_to(&mut archive)?;
+    let warm = snapshot::warm(e)?;
     let stderr = dir.join("qemu.stderr");
-    let mut c = command(e, dir, initrd, seed, markers);
-    c.stderr(std::fs::File::create(&stderr)?);
-    let mut child = Killed(
-        c.spawn()
-            .with_context(|| format!("starting {}", e.qemu.display()))?,
-    );
-    let clock = GuestClock::start(child.0.id() as i32);
+    let (mut child, clock) = match restore(e, dir, &warm, &archive, seed, markers) {
+        Ok(started) => started,
+        Err(err) => {
+            tracing::warn!("{err:#}: booting the guest kernel afresh");
+            snapshot::discard(&warm)?;
+            let warm = snapshot::warm(e)?;
+            restore(e, dir, &warm, &archive, seed, markers)?
+        }
+    };
     if e.config.workload() == WorkloadRegime::Live {
         yield_server_vcpu(child.0.id() as i32, e.config.sut_vcpu());
     }
@@ -361,6 +410,60 @@ pub fn run(
         ending,
         wall: clock.wall(),
     })
+}
+
+/// Starts QEMU from `warm` and, once the guest's memory is loaded, gives
+/// it `archive`; a snapshot that does not load is named.
+fn restore(
+    e: &Emulator,
+    dir: &Path,
+    warm: &snapshot::Warm,
+    archive: &[u8],
+    seed: u64,
+    markers: Markers,
+) -> Result<(Killed, GuestClock)> {
+    window::create(&dir.join(WINDOW))?;
+    let stderr = dir.join("qemu.stderr");
+    let mut c = command(e, dir, &warm.initrd, seed, Some(markers));
+    c.arg("-incoming")
+        .arg(format!("file:{}", warm.state.display()))
+        .arg("-S")
+        .stderr(std::fs::File::create(&stderr)?);
+    let mut child = Killed(
+        c.spawn()
+            .with_context(|| format!("starting {}", e.qemu.display()))?,
+    );
+    let clock = GuestClock::start(child.0.id() as i32);
+    if let Err(err) = resume(dir, archive) {
+        let _ = child.0.kill();
+        let _ = child.0.wait();
+        let why = std::fs::read_to_string(&stderr).unwrap_or_default();
+        return Err(err).with_context(|| {
+            format!(
+                "restoring the guest from {}: {}",
+                warm.state.display(),
+                why.trim()
+            )
+        });
+    }
+    Ok((child, clock))
+}
+
+/// Once the restored guest's memory is loaded, puts its files in its
+/// window and lets it run.
+fn resume(dir: &Path, archive: &[u8]) -> Result<()> {
+    let mut q = Qmp::connect(&dir.join(QMP), Duration::from_secs(30))?;
+    q.until("query-status", |v| v["status"] != "inmigrate")?;
+    let status = q.execute("query-migrate", serde_json::json!({}))?;
+    if status["status"] == "failed" {
+        anyhow::bail!(
+            "loading the snapshot failed: {}",
+            status["error-desc"].as_str().unwrap_or("no reason given")
+        );
+    }
+    window::deliver(&dir.join(WINDOW), archive)?;
+    q.execute("cont", serde_json::json!({}))?;
+    Ok(())
 }
 
 #[cfg(test)]

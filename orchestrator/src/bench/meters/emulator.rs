@@ -134,7 +134,7 @@ pub fn check_qemu_version(line: &str) -> Result<()> {
 
 /// Where built plugins are cached: beside the kernel when that is writable
 /// is not assumed; ratchet's own cache directory is.
-fn cache_dir() -> PathBuf {
+pub fn cache_dir() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
