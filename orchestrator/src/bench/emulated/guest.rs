@@ -136,9 +136,9 @@ fn say(channel: &mut std::fs::File, kind: &str, payload: &str) -> Result<()> {
 }
 
 /// `ratchet guest PLAN`: measures, reports to [`CHANNEL`], and returns;
-/// the guest's init powers the machine off.
-/// Runs the plan at `plan_path`; with `receive`, first waits for the
-/// host's files (the plan among them) in the shared window.
+/// the guest's init powers the machine off. With `receive`, it first
+/// stops for the snapshot and, restored, unpacks the host's files (the
+/// plan among them) from the shared window.
 pub fn run(plan_path: &Path, receive: bool) -> Result<()> {
     if receive {
         window::receive()?;

@@ -97,7 +97,6 @@ impl Image {
 
     /// Writes the image as a newc cpio archive. Paths sort parents first,
     /// as the kernel's unpacker needs.
-    /// The archive, newc as the kernel's initramfs reads it.
     pub fn write_to(&self, mut w: impl Write) -> Result<()> {
         for (ino, (path, content)) in self.entries.iter().enumerate() {
             let name = path.to_string_lossy();

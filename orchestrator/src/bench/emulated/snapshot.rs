@@ -16,9 +16,11 @@
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::clock::GuestClock;
@@ -49,9 +51,7 @@ pub fn warm(e: &Emulator) -> Result<Warm> {
     let root = cache_dir().join("guest-snapshots");
     std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let staging = tempfile::tempdir_in(&root)?;
-    let mut initrd = Vec::new();
-    base_image(e, staging.path())?.write_to(&mut initrd)?;
-    let key = key(e, &initrd)?;
+    let (key, initrd) = machine_image(e, staging.path())?;
     let dir = root.join(&key);
     let lock = std::fs::File::create(root.join(format!("{key}.lock")))?;
     lock.lock()
@@ -68,7 +68,7 @@ pub fn warm(e: &Emulator) -> Result<Warm> {
     }
     let fresh = staging.path().join("snapshot");
     std::fs::create_dir_all(&fresh)?;
-    std::fs::write(fresh.join("initrd.cpio"), &initrd)?;
+    std::fs::write(fresh.join("initrd.cpio"), initrd.as_slice())?;
     tracing::info!("booting the guest kernel once, for {}", dir.display());
     boot_and_save(e, &fresh)?;
     let _ = std::fs::remove_dir_all(&dir);
@@ -92,6 +92,27 @@ pub fn discard(warm: &Warm) -> Result<()> {
         std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     Ok(())
+}
+
+/// A machine's QEMU arguments, its key and its base image.
+type Made = (Vec<OsString>, String, Arc<Vec<u8>>);
+
+/// The machine's key and base image, made once per process and machine:
+/// stripping ratchet and hashing the kernel and the image read 120 MB,
+/// and every guest of every measurement asks.
+fn machine_image(e: &Emulator, scratch: &Path) -> Result<(String, Arc<Vec<u8>>)> {
+    static MADE: Mutex<Vec<Made>> = Mutex::new(Vec::new());
+    let machine = vm::machine(e, Path::new("/guest"), Path::new("/initrd"));
+    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, key, initrd)) = made.iter().find(|(m, _, _)| *m == machine) {
+        return Ok((key.clone(), initrd.clone()));
+    }
+    let mut initrd = Vec::new();
+    base_image(e, scratch)?.write_to(&mut initrd)?;
+    let key = key(e, &initrd)?;
+    let initrd = Arc::new(initrd);
+    made.push((machine, key.clone(), initrd.clone()));
+    Ok((key, initrd))
 }
 
 /// What the snapshot depends on, hashed.
